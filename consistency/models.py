@@ -1,0 +1,117 @@
+"""Immutable values of the consistency rules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+
+class Level(StrEnum):
+    """Consistency levels a reader may ask for (PRODUCT.md, "Reading")."""
+
+    READ_UNCOMMITTED = "read-uncommitted"
+    READ_COMMITTED = "read-committed"
+    REPEATABLE_READ = "repeatable-read"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A resolved read: a level, an epoch where the level has one, and a version per table.
+
+    Every read through the snapshot uses exactly these Delta versions. A table with
+    version None has no commit yet (it reads as empty).
+    """
+
+    level: Level
+    versions: Mapping[str, int | None]
+    epoch: int | None = None
+    barrier_ts: datetime | None = None
+    epochs: Mapping[str, int | None] = field(default_factory=dict)
+    """Per table, the epoch its version seals (read-committed: may differ per table)."""
+
+
+@dataclass(frozen=True)
+class EpochBatch:
+    """Epochs first..last processed as one batch; first < last means backlog coalescing."""
+
+    first: int
+    last: int
+
+    @property
+    def coalesced(self) -> bool:
+        return self.first < self.last
+
+
+@dataclass(frozen=True)
+class LogCommit:
+    """One Delta log version as recovery sees it (from commit metadata)."""
+
+    version: int
+    operation: str
+    epoch: int | None = None
+    first_epoch: int | None = None
+    job: str | None = None
+    attempt: int | None = None
+    final: bool = False
+    restored_to: int | None = None
+    """For a RESTORE commit: the version it restored."""
+
+
+@dataclass(frozen=True)
+class SealAction:
+    """A complete commit of the epoch is in the log but the catalog never sealed it."""
+
+    table: str
+    epoch: int
+    delta_version: int
+    attempt: int
+    first_epoch: int
+    kind: Literal["seal"] = "seal"
+
+
+@dataclass(frozen=True)
+class RollbackAction:
+    """Partial epoch: restore the table to ``to_version`` and mark the epochs ROLLED_BACK."""
+
+    table: str
+    to_version: int | None
+    """None: the table had no version before the epoch; roll back to empty."""
+    epochs: tuple[int, ...]
+    kind: Literal["rollback"] = "rollback"
+
+
+@dataclass(frozen=True)
+class ReplayAction:
+    """Process the epoch again from its recorded slice / input versions."""
+
+    table: str
+    epoch: int
+    attempt: int
+    kind: Literal["replay"] = "replay"
+
+
+RecoveryAction = SealAction | RollbackAction | ReplayAction
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    table: str
+    actions: tuple[RecoveryAction, ...]
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.actions
+
+
+# Keys of the commit metadata Delta Barrier writes into every Delta commit
+# (Delta protocol: commitInfo may carry arbitrary user metadata).
+META_EPOCH = "delta_barrier.epoch"
+META_FIRST_EPOCH = "delta_barrier.first_epoch"
+META_JOB = "delta_barrier.job"
+META_ATTEMPT = "delta_barrier.attempt"
+META_FINAL = "delta_barrier.final"
+META_BATCH = "delta_barrier.batch"
+META_ROLLBACK_OF = "delta_barrier.rollback_of"

@@ -1,0 +1,55 @@
+"""What a root source must provide to the runner.
+
+A source cuts epoch slices and reads them. The runner records the bounds of a slice
+in the catalog *before* anything of it is committed, and a replay reads the recorded
+bounds again, so ``read`` must return exactly the same records for the same bounds.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class SliceRequest:
+    """Cut the slice of epochs ``first_epoch``..``epoch`` (one batch) of a source."""
+
+    epoch: int
+    first_epoch: int
+    barrier_ts: datetime
+    previous_bounds: Mapping[str, object] | None
+    """Bounds of the source's previous recorded slice; None for the first slice."""
+    catch_up: bool = False
+
+
+@dataclass(frozen=True)
+class SliceData:
+    """The rows of a slice, and the records that could not be decoded (or None)."""
+
+    rows: DataFrame
+    rejects: DataFrame | None = None
+
+
+class Source(ABC):
+    """A root source: Kafka topics, a directory of files, a foreign Delta table."""
+
+    name: str
+
+    @abstractmethod
+    def cut(self, request: SliceRequest) -> Mapping[str, object]:
+        """Return JSON-able bounds of the slice: what ``read`` will read for this epoch."""
+
+    @abstractmethod
+    def read(self, spark: SparkSession, bounds: Mapping[str, object], *, epoch: int) -> SliceData:
+        """Read exactly the records inside ``bounds``, spread over Spark tasks."""
+
+    def is_backlogged(self, previous_bounds: Mapping[str, object] | None) -> bool:
+        """True when the source is far behind and should catch up in one large slice."""
+        return False

@@ -1,0 +1,66 @@
+"""Fixtures shared by every test package: one SparkSession per test session, PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+POSTGRES_ADMIN_URL = os.environ.get(
+    "DELTA_BARRIER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from etl.spark import build_spark
+
+    session = build_spark(
+        app_name="delta-barrier-tests",
+        conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
+    )
+    yield session
+    session.stop()
+
+
+def _postgres_reachable() -> str | None:
+    import sqlalchemy as sa
+
+    try:
+        engine = sa.create_engine(POSTGRES_ADMIN_URL)
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - reported as the skip/fail reason
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The PostgreSQL admin URL; on CI a missing server fails the test instead of skipping."""
+    problem = _postgres_reachable()
+    if problem:
+        if os.environ.get("DELTA_BARRIER_REQUIRE_POSTGRES") or os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL is required on CI but unreachable: {problem}")
+        pytest.skip(f"PostgreSQL unreachable: {problem}")
+    return POSTGRES_ADMIN_URL
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A URL to a fresh, empty PostgreSQL schema, dropped after the test."""
+    import sqlalchemy as sa
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(postgres_server)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield f"{postgres_server}?options=-csearch_path%3D{schema}"
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
