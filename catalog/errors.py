@@ -173,3 +173,11 @@ class StaleLeaseError(LeaseError):
             f"job {job!r} holds lease generation {generation} but the current generation is "
             f"{current_generation}; this instance was superseded and may not seal anything"
         )
+
+
+class CatalogUrlError(CatalogError):
+    """The catalog URL cannot be used. Carries the URL with any password masked."""
+
+    def __init__(self, *, url: str, reason: str):
+        self.url = url
+        super().__init__(f"cannot use catalog URL {url!r}: {reason}")

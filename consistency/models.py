@@ -57,7 +57,9 @@ class LogCommit:
     attempt: int | None = None
     final: bool = False
     restored_to: int | None = None
-    """For a RESTORE commit: the version it restored."""
+    """For a RESTORE commit: the version it restored. A rollback that emptied a table with
+    no version before the rolled-back epoch (Delta cannot RESTORE to before version 0)
+    records :data:`BEFORE_FIRST_VERSION`."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,12 @@ class RollbackAction:
     to_version: int | None
     """None: the table had no version before the epoch; roll back to empty."""
     epochs: tuple[int, ...]
+    """Epochs whose rows are undone. The executor marks ROLLED_BACK those the catalog holds
+    as PROCESSED; an epoch whose commit was never recorded has no state to mark."""
     kind: Literal["rollback"] = "rollback"
+    restore: bool = True
+    """False: the log already holds the table at ``to_version``'s content (an earlier
+    rollback restored it but crashed before marking the epochs); only mark them."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,9 @@ class ReplayAction:
     epoch: int
     attempt: int
     kind: Literal["replay"] = "replay"
+    first_epoch: int | None = None
+    """The batch replayed is first_epoch..epoch (backlog coalescing when smaller than
+    ``epoch``); None when recovery cannot tell (the job re-plans from its last sealed epoch)."""
 
 
 RecoveryAction = SealAction | RollbackAction | ReplayAction
@@ -115,3 +125,6 @@ META_ATTEMPT = "delta_barrier.attempt"
 META_FINAL = "delta_barrier.final"
 META_BATCH = "delta_barrier.batch"
 META_ROLLBACK_OF = "delta_barrier.rollback_of"
+
+BEFORE_FIRST_VERSION = -1
+"""``LogCommit.restored_to`` of a rollback that emptied a table: the state before version 0."""

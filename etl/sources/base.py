@@ -8,7 +8,7 @@ bounds again, so ``read`` must return exactly the same records for the same boun
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -41,6 +41,8 @@ class Source(ABC):
     """A root source: Kafka topics, a directory of files, a foreign Delta table."""
 
     name: str
+    produces_rejects: bool = False
+    """True if ``read`` returns rejects: the job then also writes a rejects table."""
 
     @abstractmethod
     def cut(self, request: SliceRequest) -> Mapping[str, object]:
@@ -53,3 +55,10 @@ class Source(ABC):
     def is_backlogged(self, previous_bounds: Mapping[str, object] | None) -> bool:
         """True when the source is far behind and should catch up in one large slice."""
         return False
+
+    def micro_batches(self, bounds: Mapping[str, object]) -> Sequence[Mapping[str, object]]:
+        """Split a slice into micro-batches, committed one by one before the epoch is sealed.
+
+        The split must be a pure function of ``bounds`` so that a replay splits alike.
+        """
+        return (bounds,)

@@ -1,0 +1,159 @@
+"""Errors of the consistency rules: levels, snapshots, batch planning and recovery.
+
+Each error carries the tables, epochs or versions it concerns as attributes and says
+in its message what is wrong and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from catalog.errors import DeltaBarrierError
+
+
+class ConsistencyError(DeltaBarrierError):
+    """A consistency rule cannot be satisfied, or was asked for something contradictory."""
+
+
+class UnknownLevelError(ConsistencyError):
+    """The text names no consistency level."""
+
+    def __init__(self, text: object, valid: Sequence[str]):
+        self.text = text
+        self.valid = tuple(valid)
+        super().__init__(
+            f"unknown consistency level {text!r}; use one of: {', '.join(self.valid)}"
+        )
+
+
+class SnapshotRequestError(ConsistencyError):
+    """A snapshot request contradicts itself (no tables, duplicates, conflicting options)."""
+
+    def __init__(self, reason: str, *, tables: Sequence[str] = ()):
+        self.reason = reason
+        self.tables = tuple(tables)
+        super().__init__(f"invalid snapshot request: {reason}")
+
+
+class NoCommonEpochError(ConsistencyError):
+    """The requested tables have no WRITTEN epoch in common (repeatable-read is impossible)."""
+
+    def __init__(
+        self,
+        tables: Sequence[str],
+        positions: Mapping[str, int | None],
+        *,
+        at_or_before: int | None = None,
+    ):
+        self.tables = tuple(tables)
+        self.positions = dict(positions)
+        self.at_or_before = at_or_before
+        where = ", ".join(
+            f"{t} at {self.positions[t]}" if self.positions.get(t) is not None else f"{t} never written"
+            for t in self.tables
+        )
+        bound = f" at or before epoch {at_or_before}" if at_or_before is not None else ""
+        super().__init__(
+            f"tables share no WRITTEN epoch{bound}: {where} (latest WRITTEN epoch per table); "
+            "wait for the lagging jobs to seal an epoch, or read at read-committed"
+        )
+
+
+class EpochNotReadableError(ConsistencyError):
+    """A table cannot be read at the requested epoch (time travel with ``as_of_epoch``)."""
+
+    def __init__(
+        self, table: str, epoch: int, state: str | None, *, coalesced_into: int | None = None
+    ):
+        self.table = table
+        self.epoch = epoch
+        self.state = state
+        self.coalesced_into = coalesced_into
+        if state == "COALESCED":
+            into = f" into epoch {coalesced_into}" if coalesced_into is not None else ""
+            why = (
+                f"it is COALESCED{into} (backlog catch-up wrote several epochs as one), "
+                "so no version of the table holds exactly that epoch"
+            )
+        elif state == "PROCESSED":
+            why = "it is only PROCESSED, not sealed yet"
+        elif state == "ROLLED_BACK":
+            why = "it was ROLLED_BACK by recovery and not replayed yet"
+        elif state is None:
+            why = "the table has no state for it (not written yet, or before the table's first epoch)"
+        else:
+            why = f"it is {state}, not WRITTEN"
+        super().__init__(
+            f"table {table!r} cannot be read as of epoch {epoch}: {why}; "
+            "choose an epoch that every requested table has WRITTEN"
+        )
+
+
+class NoEpochAtTimeError(ConsistencyError):
+    """No epoch has a barrier timestamp at or before the requested time."""
+
+    def __init__(self, ts: datetime):
+        self.ts = ts
+        super().__init__(
+            f"no epoch has a barrier timestamp at or before {ts.isoformat()}; "
+            "ask for a later time"
+        )
+
+
+class BatchPlanError(ConsistencyError):
+    """Batch planning was given impossible bounds or options."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"cannot plan epoch batches: {reason}")
+
+
+class RecoveryError(ConsistencyError):
+    """The Delta log and the catalog disagree in a way recovery cannot repair by itself."""
+
+    def __init__(self, *, table: str, reason: str):
+        self.table = table
+        self.reason = reason
+        super().__init__(f"cannot recover table {table!r}: {reason}")
+
+
+class ForeignCommitError(RecoveryError):
+    """The Delta log holds a commit that Delta Barrier (this job) did not write."""
+
+    def __init__(self, table: str, version: int, operation: str, *, job: str | None = None):
+        self.version = version
+        self.operation = operation
+        self.job = job
+        who = f"by job {job!r}" if job else "without Delta Barrier commit metadata"
+        undo = (
+            f"e.g. RESTORE the table to version {version - 1} if nothing after it must be kept"
+            if version > 0
+            else "e.g. recreate the table"
+        )
+        super().__init__(
+            table=table,
+            reason=(
+                f"Delta version {version} ({operation}) was written {who}; recovery cannot "
+                f"tell which epoch it belongs to. Remove or roll it back manually ({undo}), "
+                "then run recovery again"
+            ),
+        )
+
+
+class RestoreBeforeSealError(RecoveryError):
+    """A RESTORE in the log went back before the table's latest sealed version."""
+
+    def __init__(self, *, table: str, version: int, restored_to: int, sealed_version: int):
+        self.version = version
+        self.restored_to = restored_to
+        self.sealed_version = sealed_version
+        super().__init__(
+            table=table,
+            reason=(
+                f"Delta version {version} restored the table to version {restored_to}, "
+                f"before version {sealed_version} of its latest WRITTEN epoch, so sealed "
+                f"rows are missing from the current table; RESTORE it to version "
+                f"{sealed_version} (or later) manually, then run recovery again"
+            ),
+        )

@@ -1,0 +1,194 @@
+"""Choosing the Delta version of each table for a read at a consistency level.
+
+PRODUCT.md, "Reading: three consistency levels". :func:`resolve_snapshot` turns a set
+of tables and a level into a :class:`~consistency.models.Snapshot`; it reads epoch
+states through an :class:`EpochHistory` (the catalog implements it) and never touches
+Delta itself: for read-uncommitted the caller supplies each table's latest version.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Protocol
+
+from catalog.models import Epoch, EpochState, TableEpoch
+from consistency.errors import (
+    EpochNotReadableError,
+    NoCommonEpochError,
+    NoEpochAtTimeError,
+    SnapshotRequestError,
+)
+from consistency.levels import parse_level
+from consistency.models import Level, Snapshot
+
+
+class EpochHistory(Protocol):
+    """The part of the catalog a snapshot is resolved against (see catalog.base.Catalog)."""
+
+    def latest_written(
+        self, tables: Iterable[str], *, at_or_before: int | None = None
+    ) -> dict[str, TableEpoch]:
+        """Per table, the newest WRITTEN epoch (at or before an epoch when given); tables
+        without one are absent."""
+        ...
+
+    def states_at(self, tables: Iterable[str], epoch: int) -> dict[str, TableEpoch]:
+        """The state of one epoch in each table; tables without one are absent."""
+        ...
+
+    def epoch_at_or_before(self, ts: datetime) -> Epoch | None:
+        """The newest epoch whose barrier timestamp is at or before ``ts``."""
+        ...
+
+    def get_epoch(self, epoch: int) -> Epoch:
+        """An issued epoch; raises UnknownEpochError otherwise."""
+        ...
+
+
+def resolve_snapshot(
+    history: EpochHistory,
+    tables: Iterable[str],
+    level: Level | str = Level.REPEATABLE_READ,
+    *,
+    latest_versions: Mapping[str, int | None] | None = None,
+    as_of_epoch: int | None = None,
+    as_of_time: datetime | None = None,
+) -> Snapshot:
+    """Resolve the Delta version of every table in ``tables`` for a read at ``level``.
+
+    - read-uncommitted: ``latest_versions`` (required; the caller reads them from each
+      Delta log, None for a table without a commit). No epoch.
+    - read-committed: each table at the version of its own latest WRITTEN epoch
+      (version None for a table never written); ``Snapshot.epochs`` says which epoch.
+    - repeatable-read: one epoch E, the newest that every table has WRITTEN, and each
+      table at v(table, E). Raises NoCommonEpochError when there is none.
+    - ``as_of_epoch=E``: repeatable-read at exactly E; raises EpochNotReadableError for
+      the first table without E WRITTEN (COALESCED, PROCESSED, ...).
+    - ``as_of_time=t``: repeatable-read at the newest common WRITTEN epoch whose barrier
+      timestamp is at or before t; raises NoEpochAtTimeError when no epoch is that old.
+
+    Time travel is repeatable-read only: ``level`` must then be repeatable-read (the
+    default). Raises SnapshotRequestError for an empty or duplicated table list, both
+    ``as_of_*`` options, time travel at another level, or read-uncommitted without a
+    version for every table.
+    """
+    names = _table_list(tables)
+    level = parse_level(level)
+    if as_of_epoch is not None and as_of_time is not None:
+        raise SnapshotRequestError(
+            "give as_of_epoch or as_of_time, not both", tables=names
+        )
+    if (as_of_epoch is not None or as_of_time is not None) and level is not Level.REPEATABLE_READ:
+        raise SnapshotRequestError(
+            f"time travel (as_of_epoch / as_of_time) reads a consistent cut, which is "
+            f"{Level.REPEATABLE_READ}; it cannot be combined with {level}",
+            tables=names,
+        )
+
+    if level is Level.READ_UNCOMMITTED:
+        return _read_uncommitted(names, latest_versions)
+    if level is Level.READ_COMMITTED:
+        return _read_committed(history, names)
+    if as_of_epoch is not None:
+        return _at_epoch(history, names, as_of_epoch)
+    bound = None
+    if as_of_time is not None:
+        at_time = history.epoch_at_or_before(as_of_time)
+        if at_time is None:
+            raise NoEpochAtTimeError(as_of_time)
+        bound = at_time.id
+    return _repeatable_read(history, names, at_or_before=bound)
+
+
+def _table_list(tables: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(tables, str):
+        # A bare string would otherwise be read as a list of one-letter tables.
+        tables = (tables,)
+    names = tuple(tables)
+    if not names:
+        raise SnapshotRequestError("no tables given; name at least one table to read")
+    duplicates = sorted(name for name, count in Counter(names).items() if count > 1)
+    if duplicates:
+        raise SnapshotRequestError(
+            f"tables named more than once: {', '.join(duplicates)}", tables=duplicates
+        )
+    return names
+
+
+def _read_uncommitted(
+    names: tuple[str, ...], latest_versions: Mapping[str, int | None] | None
+) -> Snapshot:
+    latest_versions = latest_versions or {}
+    missing = [t for t in names if t not in latest_versions]
+    if missing:
+        raise SnapshotRequestError(
+            f"{Level.READ_UNCOMMITTED} needs the latest Delta version of every table; "
+            f"missing for {', '.join(missing)} (read them from the Delta logs)",
+            tables=missing,
+        )
+    return Snapshot(
+        level=Level.READ_UNCOMMITTED,
+        versions={t: latest_versions[t] for t in names},
+        epochs=dict.fromkeys(names),
+    )
+
+
+def _read_committed(history: EpochHistory, names: tuple[str, ...]) -> Snapshot:
+    latest = history.latest_written(names)
+    return Snapshot(
+        level=Level.READ_COMMITTED,
+        versions={t: latest[t].delta_version if t in latest else None for t in names},
+        epochs={t: latest[t].epoch if t in latest else None for t in names},
+    )
+
+
+def _repeatable_read(
+    history: EpochHistory, names: tuple[str, ...], *, at_or_before: int | None
+) -> Snapshot:
+    # Every common WRITTEN epoch C satisfies C <= E at each step: initially E is the
+    # smallest "latest WRITTEN", and a table's newest WRITTEN epoch at or before E is
+    # >= C. E strictly decreases until every table answers E itself, which is then the
+    # newest common epoch. Each step is one latest_written call (O(tables * log n)).
+    start = history.latest_written(names, at_or_before=at_or_before)
+    rows = start
+    while True:
+        if len(rows) < len(names):
+            raise NoCommonEpochError(
+                names,
+                {t: start[t].epoch if t in start else None for t in names},
+                at_or_before=at_or_before,
+            )
+        epoch = min(row.epoch for row in rows.values())
+        if all(row.epoch == epoch for row in rows.values()):
+            break
+        rows = history.latest_written(names, at_or_before=epoch)
+    return Snapshot(
+        level=Level.REPEATABLE_READ,
+        versions={t: rows[t].delta_version for t in names},
+        epoch=epoch,
+        barrier_ts=history.get_epoch(epoch).barrier_ts,
+        epochs=dict.fromkeys(names, epoch),
+    )
+
+
+def _at_epoch(history: EpochHistory, names: tuple[str, ...], epoch: int) -> Snapshot:
+    barrier_ts = history.get_epoch(epoch).barrier_ts
+    states = history.states_at(names, epoch)
+    for table in names:
+        row = states.get(table)
+        if row is None or row.state != EpochState.WRITTEN:
+            raise EpochNotReadableError(
+                table,
+                epoch,
+                str(row.state) if row is not None else None,
+                coalesced_into=row.coalesced_into if row is not None else None,
+            )
+    return Snapshot(
+        level=Level.REPEATABLE_READ,
+        versions={t: states[t].delta_version for t in names},
+        epoch=epoch,
+        barrier_ts=barrier_ts,
+        epochs=dict.fromkeys(names, epoch),
+    )

@@ -1,0 +1,315 @@
+"""Declaring a pipeline: sources, jobs (Python or SQL transforms) and quality gates.
+
+A pipeline file is a Python file that builds a :class:`Pipeline` and exposes it as
+``pipeline``. Parameters given on the command line (``--param key=value``) are read
+with :func:`param`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from catalog import JobSpec, TableSpec, WriteMode, validate_name
+from etl.errors import PipelineDefinitionError
+from etl.sources.base import Source
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from etl.quality import QualityGate
+
+InputRead = Literal["slice", "snapshot"]
+_WRITE_MODES = ("append", "merge", "overwrite")
+
+
+@dataclass(frozen=True)
+class Input:
+    """A table a job reads: the epoch's ``slice`` of its rows, or its ``snapshot`` at the epoch."""
+
+    table: str
+    read: InputRead | None = None
+    """Default: ``slice`` for append and merge jobs, ``snapshot`` for overwrite jobs."""
+
+
+@dataclass(frozen=True)
+class EpochContext:
+    """What a transform sees: its inputs at one epoch (or one batch of coalesced epochs)."""
+
+    spark: SparkSession
+    job: str
+    epoch: int
+    first_epoch: int
+    barrier_ts: datetime
+    inputs: Mapping[str, DataFrame]
+    previous: DataFrame | None
+    """The job's own output as of its last sealed epoch (None before its first epoch)."""
+
+    def __getitem__(self, name: str) -> DataFrame:
+        try:
+            return self.inputs[name]
+        except KeyError:
+            raise KeyError(
+                f"job {self.job!r} has no input {name!r}; inputs: {sorted(self.inputs)}"
+            ) from None
+
+
+Transform = Callable[[EpochContext], "DataFrame"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One step of the pipeline: inputs (tables, or one source) -> one output table."""
+
+    name: str
+    output: str
+    transform: Transform | str | None = None
+    """A function of the EpochContext, or a SQL statement over the inputs' table names
+    (the output's own name reads its previous state). None: a source job's rows as read."""
+    inputs: tuple[Input, ...] = ()
+    source: Source | None = None
+    mode: WriteMode = "append"
+    keys: tuple[str, ...] = ()
+    partition_by: tuple[str, ...] = ()
+    rejects: str | None = None
+    """Table for records the source could not decode (source jobs; default <output>_rejects)."""
+
+    def __post_init__(self) -> None:
+        validate_name(self.name, kind="job")
+        validate_name(self.output, kind="table")
+        if self.mode not in _WRITE_MODES:
+            raise PipelineDefinitionError(
+                f"job {self.name!r}: unknown write mode {self.mode!r}; use one of {_WRITE_MODES}"
+            )
+        if self.mode == "merge" and not self.keys:
+            raise PipelineDefinitionError(
+                f"job {self.name!r}: merge mode needs keys=(...) to match rows on"
+            )
+        if (self.source is None) == (not self.inputs):
+            raise PipelineDefinitionError(
+                f"job {self.name!r}: give either one source or at least one input table"
+            )
+        if self.source is None and self.transform is None:
+            raise PipelineDefinitionError(f"job {self.name!r}: a derived job needs a transform")
+        for item in self.inputs:
+            validate_name(item.table, kind="table")
+            if item.read not in (None, "slice", "snapshot"):
+                raise PipelineDefinitionError(
+                    f"job {self.name!r}: input {item.table!r} read must be 'slice' or 'snapshot'"
+                )
+        if self.rejects is not None:
+            validate_name(self.rejects, kind="table")
+
+    @property
+    def rejects_table(self) -> str | None:
+        if self.source is None or not self.source.produces_rejects:
+            return None
+        return self.rejects or f"{self.output}_rejects"
+
+    def read_mode(self, item: Input) -> InputRead:
+        return item.read or ("snapshot" if self.mode == "overwrite" else "slice")
+
+    def spec(self) -> JobSpec:
+        return JobSpec(
+            name=self.name,
+            output=self.output,
+            mode=self.mode,
+            inputs=tuple(i.table for i in self.inputs),
+            source=self.source.name if self.source else None,
+            keys=self.keys,
+            side_outputs=tuple(t for t in (self.rejects_table,) if t),
+        )
+
+
+@dataclass
+class Pipeline:
+    """The jobs and quality gates of one pipeline."""
+
+    name: str
+    jobs: dict[str, Job] = field(default_factory=dict)
+    gates: dict[str, QualityGate] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_name(self.name, kind="pipeline")
+
+    def add(self, job: Job) -> Job:
+        if job.name in self.jobs:
+            raise PipelineDefinitionError(f"pipeline {self.name!r} already has a job {job.name!r}")
+        self.jobs[job.name] = job
+        return job
+
+    def job(
+        self,
+        name: str,
+        *,
+        output: str,
+        inputs: Sequence[str | Input] = (),
+        source: Source | None = None,
+        mode: WriteMode = "append",
+        keys: Sequence[str] = (),
+        partition_by: Sequence[str] = (),
+        rejects: str | None = None,
+    ) -> Callable[[Transform], Transform]:
+        """Decorator: declare a job whose transform is the decorated function."""
+
+        def register(fn: Transform) -> Transform:
+            self.add(
+                Job(
+                    name=name,
+                    output=output,
+                    transform=fn,
+                    inputs=_inputs(inputs),
+                    source=source,
+                    mode=mode,
+                    keys=tuple(keys),
+                    partition_by=tuple(partition_by),
+                    rejects=rejects,
+                )
+            )
+            return fn
+
+        return register
+
+    def sql(
+        self,
+        name: str,
+        *,
+        output: str,
+        query: str,
+        inputs: Sequence[str | Input],
+        mode: WriteMode = "append",
+        keys: Sequence[str] = (),
+        partition_by: Sequence[str] = (),
+    ) -> Job:
+        """Declare a job whose transform is a SQL statement over its inputs' names."""
+        return self.add(
+            Job(
+                name=name,
+                output=output,
+                transform=query,
+                inputs=_inputs(inputs),
+                mode=mode,
+                keys=tuple(keys),
+                partition_by=tuple(partition_by),
+            )
+        )
+
+    def ingest(
+        self,
+        name: str,
+        *,
+        source: Source,
+        output: str,
+        transform: Transform | None = None,
+        partition_by: Sequence[str] = (),
+        rejects: str | None = None,
+    ) -> Job:
+        """Declare a root job that appends a source's slices to ``output``."""
+        return self.add(
+            Job(
+                name=name,
+                output=output,
+                transform=transform,
+                source=source,
+                partition_by=tuple(partition_by),
+                rejects=rejects,
+            )
+        )
+
+    def expect(self, gate: QualityGate) -> None:
+        """Attach a data-quality gate to a table written by this pipeline."""
+        self.gates[gate.table] = gate
+
+    def writer_of(self, table: str) -> Job | None:
+        for job in self.jobs.values():
+            if job.output == table or job.rejects_table == table:
+                return job
+        return None
+
+    def table_specs(self, warehouse: str) -> list[TableSpec]:
+        """Every table the pipeline writes, located under the warehouse."""
+        specs: dict[str, TableSpec] = {}
+        for job in self.jobs.values():
+            specs[job.output] = TableSpec(
+                name=job.output,
+                location=table_location(warehouse, job.output),
+                kind="root" if job.source else "derived",
+                partition_by=job.partition_by,
+            )
+            if job.rejects_table:
+                specs[job.rejects_table] = TableSpec(
+                    name=job.rejects_table,
+                    location=table_location(warehouse, job.rejects_table),
+                    kind="rejects",
+                )
+        for gate in self.gates.values():
+            if gate.quarantine_table:
+                specs[gate.quarantine_table] = TableSpec(
+                    name=gate.quarantine_table,
+                    location=table_location(warehouse, gate.quarantine_table),
+                    kind="quarantine",
+                )
+        return list(specs.values())
+
+    def ordered_jobs(self) -> list[Job]:
+        """Jobs in lineage order (every job after the writers of its inputs)."""
+        writers = {job.output: job.name for job in self.jobs.values()}
+        ordered: list[Job] = []
+        seen: set[str] = set()
+
+        def visit(job: Job, path: tuple[str, ...]) -> None:
+            if job.name in seen:
+                return
+            if job.name in path:
+                raise PipelineDefinitionError(
+                    f"pipeline {self.name!r} has a cycle: {' -> '.join((*path, job.name))}"
+                )
+            for item in job.inputs:
+                upstream = writers.get(item.table)
+                if upstream:
+                    visit(self.jobs[upstream], (*path, job.name))
+            seen.add(job.name)
+            ordered.append(job)
+
+        for job in self.jobs.values():
+            visit(job, ())
+        return ordered
+
+
+def table_location(warehouse: str, table: str) -> str:
+    """A table's directory: <warehouse>/<table>. Names are validated identifiers."""
+    validate_name(table, kind="table")
+    return f"{warehouse.rstrip('/')}/{table}"
+
+
+def _inputs(items: Sequence[str | Input]) -> tuple[Input, ...]:
+    return tuple(Input(i) if isinstance(i, str) else i for i in items)
+
+
+_PARAMS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
+    "delta_barrier_params", default={}
+)
+
+
+def param(key: str, default: str | None = None) -> str:
+    """A pipeline parameter from ``--param key=value``, or ``default``."""
+    value = _PARAMS.get().get(key, default)
+    if value is None:
+        raise PipelineDefinitionError(
+            f"pipeline parameter {key!r} is required: pass --param {key}=VALUE"
+        )
+    return value
+
+
+@contextmanager
+def parameters(values: Mapping[str, str]) -> Iterator[None]:
+    """Make ``values`` visible to :func:`param` while a pipeline file is loaded."""
+    token = _PARAMS.set(dict(values))
+    try:
+        yield
+    finally:
+        _PARAMS.reset(token)
