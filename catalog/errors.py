@@ -64,7 +64,7 @@ class UnknownTableError(RegistrationError):
     def __init__(self, table: str, *, job: str | None = None):
         self.table = table
         self.job = job
-        who = f"job {job!r} reads " if job else ""
+        who = f"job {job!r} uses " if job else ""
         super().__init__(
             f"{who}table {table!r}, which is not registered in the catalog; "
             "register the table (or the job that writes it) first"

@@ -1,0 +1,90 @@
+"""Delta Barrier's consistency rules: pure functions over catalog records and Delta logs.
+
+- :func:`parse_level`: a consistency level from what a user typed.
+- :func:`check_transition`, :func:`global_state`: the epoch state machine.
+- :func:`resolve_snapshot`: the Delta version of each table for a read at a level.
+- :func:`plan_batches`, :func:`pending_epochs`: barrier alignment and backlog batching.
+- :func:`plan_recovery`: what to seal, roll back and replay after a crash.
+
+No Spark and no database here: the catalog and the etl layer supply the inputs.
+"""
+
+from consistency.alignment import PendingEpochs, pending_epochs, plan_batches
+from consistency.errors import (
+    BatchPlanError,
+    ConsistencyError,
+    EpochNotReadableError,
+    ForeignCommitError,
+    NoCommonEpochError,
+    NoEpochAtTimeError,
+    RecoveryError,
+    RestoreBeforeSealError,
+    SnapshotRequestError,
+    UnknownLevelError,
+)
+from consistency.levels import LEVEL_ABBREVIATIONS, parse_level
+from consistency.models import (
+    BEFORE_FIRST_VERSION,
+    META_ATTEMPT,
+    META_BATCH,
+    META_EPOCH,
+    META_FINAL,
+    META_FIRST_EPOCH,
+    META_JOB,
+    META_ROLLBACK_OF,
+    EpochBatch,
+    Level,
+    LogCommit,
+    RecoveryAction,
+    RecoveryPlan,
+    ReplayAction,
+    RollbackAction,
+    SealAction,
+    Snapshot,
+)
+from consistency.recovery import DATA_NEUTRAL_OPERATIONS, plan_recovery
+from consistency.resolve import EpochHistory, resolve_snapshot
+from consistency.states import LEGAL_TRANSITIONS, GlobalState, check_transition, global_state
+
+__all__ = [
+    "BEFORE_FIRST_VERSION",
+    "DATA_NEUTRAL_OPERATIONS",
+    "LEGAL_TRANSITIONS",
+    "LEVEL_ABBREVIATIONS",
+    "META_ATTEMPT",
+    "META_BATCH",
+    "META_EPOCH",
+    "META_FINAL",
+    "META_FIRST_EPOCH",
+    "META_JOB",
+    "META_ROLLBACK_OF",
+    "BatchPlanError",
+    "ConsistencyError",
+    "EpochBatch",
+    "EpochHistory",
+    "EpochNotReadableError",
+    "ForeignCommitError",
+    "GlobalState",
+    "Level",
+    "LogCommit",
+    "NoCommonEpochError",
+    "NoEpochAtTimeError",
+    "PendingEpochs",
+    "RecoveryAction",
+    "RecoveryError",
+    "RecoveryPlan",
+    "ReplayAction",
+    "RestoreBeforeSealError",
+    "RollbackAction",
+    "SealAction",
+    "Snapshot",
+    "SnapshotRequestError",
+    "UnknownLevelError",
+    "check_transition",
+    "global_state",
+    "parse_level",
+    "pending_epochs",
+    "plan_batches",
+    "plan_recovery",
+    "resolve_snapshot",
+]

@@ -22,9 +22,7 @@ class UnknownLevelError(ConsistencyError):
     def __init__(self, text: object, valid: Sequence[str]):
         self.text = text
         self.valid = tuple(valid)
-        super().__init__(
-            f"unknown consistency level {text!r}; use one of: {', '.join(self.valid)}"
-        )
+        super().__init__(f"unknown consistency level {text!r}; use one of: {', '.join(self.valid)}")
 
 
 class SnapshotRequestError(ConsistencyError):
@@ -50,7 +48,9 @@ class NoCommonEpochError(ConsistencyError):
         self.positions = dict(positions)
         self.at_or_before = at_or_before
         where = ", ".join(
-            f"{t} at {self.positions[t]}" if self.positions.get(t) is not None else f"{t} never written"
+            f"{t} at {self.positions[t]}"
+            if self.positions.get(t) is not None
+            else f"{t} never written"
             for t in self.tables
         )
         bound = f" at or before epoch {at_or_before}" if at_or_before is not None else ""
@@ -81,7 +81,9 @@ class EpochNotReadableError(ConsistencyError):
         elif state == "ROLLED_BACK":
             why = "it was ROLLED_BACK by recovery and not replayed yet"
         elif state is None:
-            why = "the table has no state for it (not written yet, or before the table's first epoch)"
+            why = (
+                "the table has no state for it (not written yet, or before the table's first epoch)"
+            )
         else:
             why = f"it is {state}, not WRITTEN"
         super().__init__(
@@ -96,8 +98,7 @@ class NoEpochAtTimeError(ConsistencyError):
     def __init__(self, ts: datetime):
         self.ts = ts
         super().__init__(
-            f"no epoch has a barrier timestamp at or before {ts.isoformat()}; "
-            "ask for a later time"
+            f"no epoch has a barrier timestamp at or before {ts.isoformat()}; ask for a later time"
         )
 
 

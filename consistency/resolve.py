@@ -77,9 +77,7 @@ def resolve_snapshot(
     names = _table_list(tables)
     level = parse_level(level)
     if as_of_epoch is not None and as_of_time is not None:
-        raise SnapshotRequestError(
-            "give as_of_epoch or as_of_time, not both", tables=names
-        )
+        raise SnapshotRequestError("give as_of_epoch or as_of_time, not both", tables=names)
     if (as_of_epoch is not None or as_of_time is not None) and level is not Level.REPEATABLE_READ:
         raise SnapshotRequestError(
             f"time travel (as_of_epoch / as_of_time) reads a consistent cut, which is "

@@ -109,3 +109,77 @@ class DuplicateMergeKeyError(EtlError):
             f"merge into Delta table {table!r} on keys {list(self.keys)}: the updates hold "
             f"several rows for the key {self.example}; deduplicate them so each key has one row"
         )
+
+
+# -- pipeline definition and running -------------------------------------------------
+
+
+class PipelineDefinitionError(EtlError):
+    """A pipeline file declares something that cannot run."""
+
+
+class PipelineLoadError(EtlError):
+    """A pipeline file cannot be loaded."""
+
+    def __init__(self, *, path: str, problem: str):
+        self.path = path
+        super().__init__(f"cannot load pipeline file {path!r}: {problem}")
+
+
+class PipelineBusyError(EtlError):
+    """Another runner holds the pipeline's job leases."""
+
+    def __init__(self, *, pipeline: str, job: str, owner: str):
+        self.pipeline = pipeline
+        self.job = job
+        self.owner = owner
+        super().__init__(
+            f"pipeline {pipeline!r} is being run by {owner} (it holds the lease of job {job!r}); "
+            "nothing was written. Wait for that run to finish, or for its lease to expire if it died"
+        )
+
+
+class JobError(EtlError):
+    """A job failed at an epoch."""
+
+    def __init__(self, message: str, *, job: str, epoch: int):
+        self.job = job
+        self.epoch = epoch
+        super().__init__(message)
+
+
+class TransformError(JobError):
+    """The user's transform raised."""
+
+    def __init__(self, *, job: str, epoch: int, cause: BaseException):
+        self.cause = cause
+        super().__init__(
+            f"job {job!r} failed in its transform at epoch {epoch}: "
+            f"{type(cause).__name__}: {cause}",
+            job=job,
+            epoch=epoch,
+        )
+
+
+class OutputSchemaError(JobError):
+    """The transform's output does not have the columns the job needs."""
+
+    def __init__(self, *, job: str, epoch: int, problem: str):
+        self.problem = problem
+        super().__init__(f"job {job!r} epoch {epoch}: {problem}", job=job, epoch=epoch)
+
+
+class SourceError(EtlError):
+    """A source is misconfigured or cannot deliver a slice."""
+
+    def __init__(self, *, source: str, problem: str):
+        self.source = source
+        super().__init__(f"source {source!r}: {problem}")
+
+
+class SqlTablesError(EtlError):
+    """A consistent read cannot tell which tables to read."""
+
+    def __init__(self, *, sql: str, problem: str):
+        self.sql = sql
+        super().__init__(f"{problem} (in: {sql[:200]!r})")

@@ -1,0 +1,1562 @@
+"""The SQL catalog: one implementation of :class:`catalog.base.Catalog` for SQLite and PostgreSQL.
+
+Every state change is one write transaction, and write transactions are serialized
+across processes: SQLite takes the database write lock at ``BEGIN IMMEDIATE`` (WAL mode,
+so readers are never blocked), PostgreSQL takes a transaction-scoped advisory lock keyed
+on the catalog's schema as the first statement. Epoch issuance, registration checks,
+sealing and leases therefore see every earlier write and cannot race. Reads take no lock.
+
+JSON values are stored as text. Timestamps are timezone-aware UTC; the clock is the
+database server's on PostgreSQL (shared by every machine) and the local clock on SQLite.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.pool import StaticPool
+
+from catalog.base import SCHEMA_VERSION, Catalog
+from catalog.errors import (
+    CatalogError,
+    CatalogUnavailableError,
+    CatalogUrlError,
+    DuplicateWriterError,
+    EpochStateError,
+    LeaseError,
+    LeaseHeldError,
+    LineageCycleError,
+    RegistrationError,
+    SchemaVersionError,
+    SliceConflictError,
+    StaleLeaseError,
+    TableConflictError,
+    UnknownEpochError,
+    UnknownJobError,
+    UnknownTableError,
+)
+from catalog.models import (
+    CommitManifest,
+    Epoch,
+    EpochState,
+    JobInfo,
+    JobSpec,
+    Lease,
+    LineageEdge,
+    SealRequest,
+    SourceSlice,
+    TableEpoch,
+    TableInfo,
+    TableKind,
+    TableSpec,
+    TableStatus,
+    ValidationRecord,
+    WriteMode,
+    validate_name,
+)
+
+Backend = Literal["sqlite", "postgresql"]
+LatestQuery = Literal["written", "written_at_or_before", "processed", "validation"]
+
+SUPPORTED_URLS = (
+    "sqlite:///PATH (a file)",
+    "sqlite:// or memory:// (in memory, this process only)",
+    "postgresql://USER:PASSWORD@HOST:PORT/DATABASE (also postgres:// and postgresql+psycopg://)",
+)
+
+# Advisory lock class id for catalog writes ("DBR1"); the second key is the schema, so
+# catalogs in different schemas of one database do not serialize against each other.
+_PG_LOCK_CLASS = 0x44425231
+_SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+_PG_CONNECT_TIMEOUT_SECONDS = 10
+_NAME_LENGTH = 128
+
+
+def as_utc(ts: datetime) -> datetime:
+    """``ts`` as an aware UTC datetime; a naive datetime is taken to be UTC already."""
+    if ts.tzinfo is None:
+        return ts.replace(tzinfo=UTC)
+    return ts.astimezone(UTC)
+
+
+class UtcDateTime(sa.TypeDecorator[datetime]):
+    """Aware UTC datetimes on every backend (SQLite stores them naive, in UTC)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = as_utc(value)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        return None if value is None else as_utc(value)
+
+
+def _name_column(name: str, *args: Any, **kw: Any) -> sa.Column[str]:
+    return sa.Column(name, sa.String(_NAME_LENGTH), *args, **kw)
+
+
+def _epoch_column(name: str, *args: Any, **kw: Any) -> sa.Column[int]:
+    return sa.Column(name, sa.BigInteger, *args, **kw)
+
+
+metadata = sa.MetaData()
+
+meta_table = sa.Table(
+    "meta",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+tables_table = sa.Table(
+    "tables",
+    metadata,
+    _name_column("name", primary_key=True),
+    sa.Column("location", sa.Text, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("schema_json", sa.Text),
+    sa.Column("partition_by", sa.Text, nullable=False),
+    _epoch_column("first_epoch", nullable=False),
+    # One column, so one writer per table is structural; checked under the write lock.
+    _name_column("writer_job"),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+)
+
+jobs_table = sa.Table(
+    "jobs",
+    metadata,
+    _name_column("name", primary_key=True),
+    _name_column("output", sa.ForeignKey("tables.name"), nullable=False),
+    sa.Column("mode", sa.String(16), nullable=False),
+    _name_column("source"),
+    sa.Column("keys", sa.Text, nullable=False),
+    sa.Column("side_outputs", sa.Text, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+)
+
+job_inputs_table = sa.Table(
+    "job_inputs",
+    metadata,
+    _name_column("job", sa.ForeignKey("jobs.name", ondelete="CASCADE"), primary_key=True),
+    _name_column("table_name", sa.ForeignKey("tables.name"), primary_key=True),
+    sa.Column("position", sa.Integer, nullable=False),
+)
+
+epochs_table = sa.Table(
+    "epochs",
+    metadata,
+    # INTEGER on SQLite makes the id the rowid: no separate primary-key index.
+    sa.Column(
+        "id",
+        sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+        primary_key=True,
+        autoincrement=False,
+    ),
+    sa.Column("barrier_ts", UtcDateTime, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Index("ix_epochs_barrier_ts", "barrier_ts", "id"),
+)
+
+source_slices_table = sa.Table(
+    "source_slices",
+    metadata,
+    _name_column("source", primary_key=True),
+    _epoch_column("epoch", sa.ForeignKey("epochs.id"), primary_key=True),
+    sa.Column("bounds", sa.Text, nullable=False),
+    sa.Column("catch_up", sa.Boolean, nullable=False),
+    sa.Column("recorded_at", UtcDateTime, nullable=False),
+)
+
+_STATES = tuple(state.value for state in EpochState)
+
+table_epochs_table = sa.Table(
+    "table_epochs",
+    metadata,
+    _name_column("table_name", sa.ForeignKey("tables.name"), primary_key=True),
+    _epoch_column("epoch", sa.ForeignKey("epochs.id"), primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("delta_version", sa.BigInteger),
+    _name_column("job"),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("generation", sa.BigInteger),
+    _epoch_column("coalesced_into"),
+    sa.Column("rows", sa.BigInteger),
+    sa.Column("reason", sa.Text),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+    sa.CheckConstraint(f"state IN {_STATES!r}", name="ck_table_epochs_state"),
+    # max(epoch) for one (table, state) is one descent of this index: latest_written and
+    # latest_processed stay O(log history) per table.
+    sa.Index("ix_table_epochs_state", "table_name", "state", "epoch"),
+    sqlite_with_rowid=False,
+)
+
+epoch_history_table = sa.Table(
+    "epoch_history",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+    _name_column("table_name", nullable=False),
+    _epoch_column("epoch", nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("delta_version", sa.BigInteger),
+    _name_column("job"),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("generation", sa.BigInteger),
+    _epoch_column("coalesced_into"),
+    sa.Column("rows", sa.BigInteger),
+    sa.Column("reason", sa.Text),
+    sa.Column("recorded_at", UtcDateTime, nullable=False),
+    sa.Index("ix_epoch_history_table_epoch", "table_name", "epoch"),
+)
+
+commits_table = sa.Table(
+    "commits",
+    metadata,
+    _epoch_column("epoch", sa.ForeignKey("epochs.id"), primary_key=True),
+    sa.Column("versions", sa.Text, nullable=False),
+    sa.Column("barrier_ts", UtcDateTime, nullable=False),
+    sa.Column("committed_at", UtcDateTime, nullable=False),
+)
+
+leases_table = sa.Table(
+    "leases",
+    metadata,
+    _name_column("job", sa.ForeignKey("jobs.name"), primary_key=True),
+    sa.Column("owner", sa.Text, nullable=False),
+    sa.Column("generation", sa.BigInteger, nullable=False),
+    sa.Column("expires_at", UtcDateTime, nullable=False),
+    sa.Column("acquired_at", UtcDateTime, nullable=False),
+)
+
+validations_table = sa.Table(
+    "validations",
+    metadata,
+    _name_column("table_name", sa.ForeignKey("tables.name"), primary_key=True),
+    _epoch_column("epoch", sa.ForeignKey("epochs.id"), primary_key=True),
+    sa.Column("success", sa.Boolean, nullable=False),
+    sa.Column("policy", sa.String(32), nullable=False),
+    sa.Column("results", sa.Text, nullable=False),
+    sa.Column("recorded_at", UtcDateTime, nullable=False),
+)
+
+Migration = Callable[[sa.Connection], None]
+MIGRATIONS: dict[int, Migration] = {}
+"""Schema migrations by the version they produce: ``MIGRATIONS[v]`` turns v-1 into v.
+
+Version 1 is created from ``metadata``; a later schema change bumps SCHEMA_VERSION
+and registers its migration here.
+"""
+
+
+# -- URLs --------------------------------------------------------------------------------
+
+_URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def mask_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, even if it does not parse."""
+    return _URL_PASSWORD.sub(r"\1***@", url)
+
+
+def normalize_url(url: str | sa.URL) -> tuple[Backend, sa.URL]:
+    """The backend and SQLAlchemy URL of a catalog URL (see SUPPORTED_URLS)."""
+    text = url if isinstance(url, str) else url.render_as_string(hide_password=False)
+    if text.startswith("memory://"):
+        return "sqlite", sa.make_url("sqlite://")
+    try:
+        parsed = sa.make_url(text)
+    except sa.exc.ArgumentError:
+        # The driver's message repeats the URL, password included: never pass it on.
+        raise CatalogUrlError(
+            url=mask_url(text), reason="it is not a URL; use one of " + "; ".join(SUPPORTED_URLS)
+        ) from None
+    scheme = parsed.drivername.split("+", 1)[0]
+    if scheme == "sqlite":
+        if parsed.database == ":memory:":
+            return "sqlite", sa.make_url("sqlite://")
+        return "sqlite", parsed.set(drivername="sqlite")
+    if scheme in ("postgresql", "postgres"):
+        return "postgresql", parsed.set(drivername="postgresql+psycopg")
+    raise CatalogUrlError(
+        url=parsed.render_as_string(hide_password=True),
+        reason=f"unsupported scheme {parsed.drivername!r}; use one of " + "; ".join(SUPPORTED_URLS),
+    )
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+# -- the catalog -------------------------------------------------------------------------
+
+
+class SqlCatalog(Catalog):
+    """The catalog in a SQLite file, SQLite in memory, or a PostgreSQL schema.
+
+    Opening a database created by another schema version raises SchemaVersionError;
+    open it with ``check_schema=False`` only to call :meth:`upgrade`.
+    """
+
+    def __init__(self, url: str | sa.URL, *, check_schema: bool = True):
+        backend, sa_url = normalize_url(url)
+        self.backend: Backend = backend
+        self.url = sa_url.render_as_string(hide_password=True)
+        self._sa_url = sa_url
+        self._in_memory = backend == "sqlite" and not sa_url.database
+        # One shared connection in memory: operations from several threads take turns.
+        self._thread_lock = threading.RLock() if self._in_memory else nullcontext()
+        self._engine = self._create_engine()
+        self._latest_statements = self._build_latest_statements()
+        try:
+            self._open_schema(check_schema)
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    # -- engine and transactions ---------------------------------------------------------
+
+    def _create_engine(self) -> sa.Engine:
+        if self.backend == "postgresql":
+            return sa.create_engine(
+                self._sa_url, connect_args={"connect_timeout": _PG_CONNECT_TIMEOUT_SECONDS}
+            )
+        if self._in_memory:
+            engine = sa.create_engine(
+                "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
+            )
+        else:
+            path = Path(self._sa_url.database or "")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise self._unavailable(exc) from None
+            engine = sa.create_engine(
+                self._sa_url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_SECONDS}
+            )
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: object) -> None:
+            # Take transaction control away from the sqlite3 module (which would not BEGIN
+            # before SELECTs) so that the "begin" hook below decides how to begin.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA foreign_keys = ON")
+            if not self._in_memory:
+                cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _on_begin(conn: sa.Connection) -> None:
+            # IMMEDIATE takes the write lock now, not at the first write: a transaction
+            # that reads then writes cannot be overtaken by another writer in between.
+            write = conn.get_execution_options().get("catalog_write", False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+        return engine
+
+    def _unavailable(self, exc: BaseException) -> CatalogUnavailableError:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        text = reason[0] if reason else type(exc).__name__
+        password = self._sa_url.password
+        if password:
+            text = text.replace(str(password), "***")
+        return CatalogUnavailableError(
+            backend=self.backend,
+            host=self._sa_url.host,
+            database=self._sa_url.database or ":memory:",
+            reason=text,
+        )
+
+    @contextmanager
+    def _connect(self, *, write: bool) -> Iterator[sa.Connection]:
+        with self._thread_lock:
+            try:
+                conn = self._engine.connect()
+            except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+                raise self._unavailable(exc) from None
+            with conn:
+                if write:
+                    conn.execution_options(catalog_write=True)
+                try:
+                    transaction = conn.begin()
+                except sa.exc.OperationalError as exc:
+                    # SQLite: another writer held the lock for longer than the busy timeout.
+                    raise self._unavailable(exc) from None
+                with transaction:
+                    if write and self.backend == "postgresql":
+                        conn.execute(
+                            sa.select(
+                                sa.func.pg_advisory_xact_lock(
+                                    _PG_LOCK_CLASS, sa.func.hashtext(sa.func.current_schema())
+                                )
+                            )
+                        )
+                    yield conn
+
+    def _write(self) -> Any:
+        return self._connect(write=True)
+
+    def _read(self) -> Any:
+        return self._connect(write=False)
+
+    def _now(self, conn: sa.Connection) -> datetime:
+        if self.backend == "postgresql":
+            return as_utc(conn.execute(sa.select(sa.func.clock_timestamp())).scalar_one())
+        return datetime.now(UTC)
+
+    # -- schema --------------------------------------------------------------------------
+
+    def _open_schema(self, check: bool) -> None:
+        with self._read() as conn:
+            exists = sa.inspect(conn).has_table(meta_table.name)
+            found = self._stored_version(conn) if exists else None
+        if found is None:
+            with self._write() as conn:
+                if sa.inspect(conn).has_table(meta_table.name):
+                    found = self._stored_version(conn)
+                else:
+                    metadata.create_all(conn)
+                    conn.execute(
+                        meta_table.insert().values(key="schema_version", value=str(SCHEMA_VERSION))
+                    )
+                    found = SCHEMA_VERSION
+        if check and found != SCHEMA_VERSION:
+            raise SchemaVersionError(found=found, expected=SCHEMA_VERSION)
+
+    @staticmethod
+    def _stored_version(conn: sa.Connection) -> int:
+        value = conn.execute(
+            sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
+        ).scalar_one()
+        return int(value)
+
+    def upgrade(self) -> int:
+        with self._write() as conn:
+            found = self._stored_version(conn)
+            if found > SCHEMA_VERSION:
+                raise SchemaVersionError(found=found, expected=SCHEMA_VERSION)
+            for version in range(found + 1, SCHEMA_VERSION + 1):
+                migrate = MIGRATIONS.get(version)
+                if migrate is None:
+                    raise CatalogError(
+                        f"no migration from catalog schema version {version - 1} to {version}; "
+                        "this catalog cannot be upgraded in place: recreate it"
+                    )
+                migrate(conn)
+            conn.execute(
+                meta_table.update()
+                .where(meta_table.c.key == "schema_version")
+                .values(value=str(SCHEMA_VERSION))
+            )
+        return found
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"SqlCatalog({self.url!r})"
+
+    # -- tables and jobs -----------------------------------------------------------------
+
+    def register_table(self, spec: TableSpec) -> TableInfo:
+        validate_name(spec.name, kind="table")
+        if spec.kind not in get_args(TableKind):
+            raise RegistrationError(
+                f"table {spec.name!r} has kind {spec.kind!r}; use one of {get_args(TableKind)}"
+            )
+        if not spec.location:
+            raise RegistrationError(f"table {spec.name!r} needs a location")
+        partition_by = list(spec.partition_by)
+        with self._write() as conn:
+            row = self._table_row(conn, spec.name, missing_ok=True)
+            if row is not None:
+                existing = self._table_info(row)
+                for field, old, new in (
+                    ("location", existing.location, spec.location),
+                    ("kind", existing.kind, spec.kind),
+                    ("partition_by", existing.partition_by, tuple(partition_by)),
+                ):
+                    if old != new:
+                        raise TableConflictError(
+                            table=spec.name, field=field, existing=old, new=new
+                        )
+                if spec.schema_json is not None and existing.schema_json is None:
+                    self._set_schema(conn, spec.name, spec.schema_json)
+                    return self._table_info(self._table_row(conn, spec.name))
+                return existing
+            conn.execute(
+                tables_table.insert().values(
+                    name=spec.name,
+                    location=spec.location,
+                    kind=spec.kind,
+                    schema_json=spec.schema_json,
+                    partition_by=_json(partition_by),
+                    first_epoch=self._next_epoch_id(conn),
+                    writer_job=None,
+                    created_at=self._now(conn),
+                )
+            )
+            return self._table_info(self._table_row(conn, spec.name))
+
+    def update_table_schema(self, table: str, schema_json: str) -> None:
+        with self._write() as conn:
+            self._table_row(conn, table)
+            self._set_schema(conn, table, schema_json)
+
+    @staticmethod
+    def _set_schema(conn: sa.Connection, table: str, schema_json: str) -> None:
+        conn.execute(
+            tables_table.update()
+            .where(tables_table.c.name == table)
+            .values(schema_json=schema_json)
+        )
+
+    def register_job(self, spec: JobSpec) -> JobInfo:
+        spec = self._normalized_job(spec)
+        with self._write() as conn:
+            existing = self._job_row(conn, spec.name, missing_ok=True)
+            if existing is not None:
+                current = self._job_info(existing, self._job_inputs(conn, spec.name))
+                if self._same_job(current, spec):
+                    return current
+            table_rows = {}
+            for table in (spec.output, *spec.side_outputs, *spec.inputs):
+                table_rows[table] = self._table_row(conn, table, job=spec.name)
+            outputs = (spec.output, *spec.side_outputs)
+            for table in outputs:
+                writer = table_rows[table].writer_job
+                if writer is not None and writer != spec.name:
+                    raise DuplicateWriterError(table=table, existing_job=writer, new_job=spec.name)
+            cycle = self._find_cycle(conn, spec)
+            if cycle:
+                raise LineageCycleError(job=spec.name, cycle=cycle)
+
+            now = self._now(conn)
+            values = dict(
+                output=spec.output,
+                mode=spec.mode,
+                source=spec.source,
+                keys=_json(list(spec.keys)),
+                side_outputs=_json(list(spec.side_outputs)),
+            )
+            if existing is None:
+                conn.execute(jobs_table.insert().values(name=spec.name, created_at=now, **values))
+            else:
+                conn.execute(
+                    jobs_table.update().where(jobs_table.c.name == spec.name).values(**values)
+                )
+                conn.execute(job_inputs_table.delete().where(job_inputs_table.c.job == spec.name))
+                conn.execute(
+                    tables_table.update()
+                    .where(
+                        tables_table.c.writer_job == spec.name,
+                        tables_table.c.name.not_in(outputs),
+                    )
+                    .values(writer_job=None)
+                )
+            if spec.inputs:
+                conn.execute(
+                    job_inputs_table.insert(),
+                    [
+                        {"job": spec.name, "table_name": table, "position": position}
+                        for position, table in enumerate(spec.inputs)
+                    ],
+                )
+            conn.execute(
+                tables_table.update()
+                .where(tables_table.c.name.in_(outputs))
+                .values(writer_job=spec.name)
+            )
+            if spec.inputs:
+                # A new job catches up over its inputs' history: its outputs are responsible
+                # from the newest first epoch among the inputs, unless they already hold states.
+                first = max(table_rows[table].first_epoch for table in spec.inputs)
+                for table in outputs:
+                    if not self._has_states(conn, table):
+                        conn.execute(
+                            tables_table.update()
+                            .where(tables_table.c.name == table)
+                            .values(first_epoch=first)
+                        )
+            return self._job_info(self._job_row(conn, spec.name), spec.inputs)
+
+    @staticmethod
+    def _normalized_job(spec: JobSpec) -> JobSpec:
+        validate_name(spec.name, kind="job")
+        for table in (spec.output, *spec.inputs, *spec.side_outputs):
+            validate_name(table, kind="table")
+        if spec.source is not None:
+            validate_name(spec.source, kind="source")
+        if spec.mode not in get_args(WriteMode):
+            raise RegistrationError(
+                f"job {spec.name!r} has write mode {spec.mode!r}; use one of {get_args(WriteMode)}"
+            )
+        side_outputs = tuple(t for t in dict.fromkeys(spec.side_outputs) if t != spec.output)
+        return JobSpec(
+            name=spec.name,
+            output=spec.output,
+            mode=spec.mode,
+            inputs=tuple(dict.fromkeys(spec.inputs)),
+            source=spec.source,
+            keys=tuple(spec.keys),
+            side_outputs=side_outputs,
+        )
+
+    @staticmethod
+    def _same_job(info: JobInfo, spec: JobSpec) -> bool:
+        return (info.output, info.mode, info.inputs, info.source, info.keys, info.side_outputs) == (
+            spec.output,
+            spec.mode,
+            spec.inputs,
+            spec.source,
+            spec.keys,
+            spec.side_outputs,
+        )
+
+    def _find_cycle(self, conn: sa.Connection, spec: JobSpec) -> list[str] | None:
+        """The path job -> output -> ... -> input -> job if the new edges close a cycle."""
+        readers: dict[str, list[str]] = {}
+        for job, table in conn.execute(
+            sa.select(job_inputs_table.c.job, job_inputs_table.c.table_name)
+            .where(job_inputs_table.c.job != spec.name)
+            .order_by(job_inputs_table.c.job, job_inputs_table.c.position)
+        ):
+            readers.setdefault(table, []).append(job)
+        writes: dict[str, list[str]] = {}
+        for job, output, side_outputs in conn.execute(
+            sa.select(jobs_table.c.name, jobs_table.c.output, jobs_table.c.side_outputs).where(
+                jobs_table.c.name != spec.name
+            )
+        ):
+            writes[job] = [output, *json.loads(side_outputs)]
+
+        inputs = set(spec.inputs)
+        parent: dict[str, str | None] = {}
+        frontier = []
+        for table in (spec.output, *spec.side_outputs):
+            if table not in parent:
+                parent[table] = None
+                frontier.append(table)
+        # Breadth-first over table -> reading job -> written table: the shortest cycle.
+        while frontier:
+            next_frontier = []
+            for table in frontier:
+                if table in inputs:
+                    path = [table]
+                    node = parent[table]
+                    while node is not None:
+                        path.append(node)
+                        node = parent[node]
+                    return [spec.name, *reversed(path), spec.name]
+                for job in readers.get(table, ()):
+                    if job in parent:
+                        continue
+                    parent[job] = table
+                    for written in writes.get(job, ()):
+                        if written not in parent:
+                            parent[written] = job
+                            next_frontier.append(written)
+            frontier = next_frontier
+        return None
+
+    def get_table(self, name: str) -> TableInfo:
+        with self._read() as conn:
+            return self._table_info(self._table_row(conn, name))
+
+    def list_tables(self) -> list[TableInfo]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(tables_table).order_by(tables_table.c.name))
+            return [self._table_info(row) for row in rows]
+
+    def get_job(self, name: str) -> JobInfo:
+        with self._read() as conn:
+            return self._job_info(self._job_row(conn, name), self._job_inputs(conn, name))
+
+    def list_jobs(self) -> list[JobInfo]:
+        with self._read() as conn:
+            inputs = self._all_job_inputs(conn)
+            rows = conn.execute(sa.select(jobs_table).order_by(jobs_table.c.name))
+            return [self._job_info(row, inputs.get(row.name, ())) for row in rows]
+
+    def lineage(self) -> list[LineageEdge]:
+        edges = []
+        for job in self.list_jobs():
+            if job.source is not None:
+                edges.append(LineageEdge(src=job.source, dst=job.name, kind="source"))
+            edges.extend(LineageEdge(src=t, dst=job.name, kind="input") for t in job.inputs)
+            edges.extend(
+                LineageEdge(src=job.name, dst=t, kind="output")
+                for t in (job.output, *job.side_outputs)
+            )
+        return edges
+
+    def _table_row(
+        self, conn: sa.Connection, name: str, *, job: str | None = None, missing_ok: bool = False
+    ) -> Any:
+        row = conn.execute(sa.select(tables_table).where(tables_table.c.name == name)).first()
+        if row is None and not missing_ok:
+            raise UnknownTableError(name, job=job)
+        return row
+
+    @staticmethod
+    def _table_info(row: Any) -> TableInfo:
+        return TableInfo(
+            name=row.name,
+            location=row.location,
+            kind=row.kind,
+            schema_json=row.schema_json,
+            partition_by=tuple(json.loads(row.partition_by)),
+            first_epoch=row.first_epoch,
+            writer_job=row.writer_job,
+            created_at=row.created_at,
+        )
+
+    @staticmethod
+    def _job_row(conn: sa.Connection, name: str, *, missing_ok: bool = False) -> Any:
+        row = conn.execute(sa.select(jobs_table).where(jobs_table.c.name == name)).first()
+        if row is None and not missing_ok:
+            raise UnknownJobError(name)
+        return row
+
+    @staticmethod
+    def _job_inputs(conn: sa.Connection, job: str) -> tuple[str, ...]:
+        return tuple(
+            conn.execute(
+                sa.select(job_inputs_table.c.table_name)
+                .where(job_inputs_table.c.job == job)
+                .order_by(job_inputs_table.c.position)
+            ).scalars()
+        )
+
+    @staticmethod
+    def _all_job_inputs(conn: sa.Connection) -> dict[str, tuple[str, ...]]:
+        inputs: dict[str, list[str]] = {}
+        for job, table in conn.execute(
+            sa.select(job_inputs_table.c.job, job_inputs_table.c.table_name).order_by(
+                job_inputs_table.c.job, job_inputs_table.c.position
+            )
+        ):
+            inputs.setdefault(job, []).append(table)
+        return {job: tuple(tables) for job, tables in inputs.items()}
+
+    @staticmethod
+    def _job_info(row: Any, inputs: Sequence[str]) -> JobInfo:
+        return JobInfo(
+            name=row.name,
+            output=row.output,
+            mode=row.mode,
+            inputs=tuple(inputs),
+            source=row.source,
+            keys=tuple(json.loads(row.keys)),
+            side_outputs=tuple(json.loads(row.side_outputs)),
+            created_at=row.created_at,
+        )
+
+    @staticmethod
+    def _has_states(conn: sa.Connection, table: str) -> bool:
+        return (
+            conn.execute(
+                sa.select(table_epochs_table.c.epoch)
+                .where(table_epochs_table.c.table_name == table)
+                .limit(1)
+            ).first()
+            is not None
+        )
+
+    # -- epochs and slices ---------------------------------------------------------------
+
+    def open_epoch(self, barrier_ts: datetime | None = None) -> Epoch:
+        with self._write() as conn:
+            now = self._now(conn)
+            last = conn.execute(
+                sa.select(epochs_table).order_by(epochs_table.c.id.desc()).limit(1)
+            ).first()
+            ts = now if barrier_ts is None else as_utc(barrier_ts)
+            if last is not None and ts < last.barrier_ts:
+                ts = last.barrier_ts
+            epoch = Epoch(id=1 if last is None else last.id + 1, barrier_ts=ts, created_at=now)
+            conn.execute(
+                epochs_table.insert().values(
+                    id=epoch.id, barrier_ts=epoch.barrier_ts, created_at=epoch.created_at
+                )
+            )
+            return epoch
+
+    @staticmethod
+    def _next_epoch_id(conn: sa.Connection) -> int:
+        return (
+            conn.execute(
+                sa.select(sa.func.coalesce(sa.func.max(epochs_table.c.id), 0))
+            ).scalar_one()
+            + 1
+        )
+
+    @staticmethod
+    def _epoch(row: Any) -> Epoch:
+        return Epoch(id=row.id, barrier_ts=row.barrier_ts, created_at=row.created_at)
+
+    def get_epoch(self, epoch: int) -> Epoch:
+        with self._read() as conn:
+            return self._epoch(self._epoch_row(conn, epoch))
+
+    @staticmethod
+    def _epoch_row(conn: sa.Connection, epoch: int) -> Any:
+        row = conn.execute(sa.select(epochs_table).where(epochs_table.c.id == epoch)).first()
+        if row is None:
+            raise UnknownEpochError(epoch)
+        return row
+
+    def latest_epoch(self) -> Epoch | None:
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(epochs_table).order_by(epochs_table.c.id.desc()).limit(1)
+            ).first()
+        return None if row is None else self._epoch(row)
+
+    def epochs(self, *, after: int = 0, up_to: int | None = None) -> list[Epoch]:
+        query = sa.select(epochs_table).where(epochs_table.c.id > after)
+        if up_to is not None:
+            query = query.where(epochs_table.c.id <= up_to)
+        with self._read() as conn:
+            return [self._epoch(row) for row in conn.execute(query.order_by(epochs_table.c.id))]
+
+    def epoch_at_or_before(self, ts: datetime) -> Epoch | None:
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(epochs_table)
+                .where(epochs_table.c.barrier_ts <= as_utc(ts))
+                .order_by(epochs_table.c.barrier_ts.desc(), epochs_table.c.id.desc())
+                .limit(1)
+            ).first()
+        return None if row is None else self._epoch(row)
+
+    def record_slice(
+        self, source: str, epoch: int, bounds: Mapping[str, object], *, catch_up: bool = False
+    ) -> SourceSlice:
+        validate_name(source, kind="source")
+        encoded = _json(bounds)
+        with self._write() as conn:
+            self._epoch_row(conn, epoch)
+            row = self._slice_row(conn, source, epoch)
+            if row is not None:
+                recorded = json.loads(row.bounds)
+                if recorded != json.loads(encoded):
+                    raise SliceConflictError(
+                        source=source, epoch=epoch, recorded=recorded, attempted=bounds
+                    )
+                return self._slice(row)
+            conn.execute(
+                source_slices_table.insert().values(
+                    source=source,
+                    epoch=epoch,
+                    bounds=encoded,
+                    catch_up=catch_up,
+                    recorded_at=self._now(conn),
+                )
+            )
+            return self._slice(self._slice_row(conn, source, epoch))
+
+    @staticmethod
+    def _slice_row(conn: sa.Connection, source: str, epoch: int) -> Any:
+        return conn.execute(
+            sa.select(source_slices_table).where(
+                source_slices_table.c.source == source, source_slices_table.c.epoch == epoch
+            )
+        ).first()
+
+    @staticmethod
+    def _slice(row: Any) -> SourceSlice:
+        return SourceSlice(
+            source=row.source,
+            epoch=row.epoch,
+            bounds=json.loads(row.bounds),
+            catch_up=row.catch_up,
+            recorded_at=row.recorded_at,
+        )
+
+    def get_slice(self, source: str, epoch: int) -> SourceSlice | None:
+        with self._read() as conn:
+            row = self._slice_row(conn, source, epoch)
+        return None if row is None else self._slice(row)
+
+    def latest_slice(self, source: str) -> SourceSlice | None:
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(source_slices_table)
+                .where(source_slices_table.c.source == source)
+                .order_by(source_slices_table.c.epoch.desc())
+                .limit(1)
+            ).first()
+        return None if row is None else self._slice(row)
+
+    # -- epoch states --------------------------------------------------------------------
+
+    def record_processed(
+        self,
+        table: str,
+        epoch: int,
+        *,
+        delta_version: int,
+        job: str,
+        attempt: int,
+        generation: int,
+        rows: int | None = None,
+    ) -> TableEpoch:
+        requested = EpochState.PROCESSED
+        with self._write() as conn:
+            self._check_lease(conn, job, generation)
+            self._check_writer(conn, table, epoch, job, requested)
+            self._epoch_row(conn, epoch)
+            current = self._state_row(conn, table, epoch)
+            if current is not None:
+                state = EpochState(current.state)
+                if state in (EpochState.WRITTEN, EpochState.COALESCED):
+                    raise EpochStateError(
+                        table=table, epoch=epoch, current=state, requested=requested
+                    )
+                if state is EpochState.ROLLED_BACK and attempt <= current.attempt:
+                    raise EpochStateError(
+                        table=table,
+                        epoch=epoch,
+                        current=state,
+                        requested=requested,
+                        why=f"a replay needs an attempt above the rolled-back attempt "
+                        f"{current.attempt}, got {attempt}",
+                    )
+                if state is EpochState.PROCESSED and attempt < current.attempt:
+                    raise EpochStateError(
+                        table=table,
+                        epoch=epoch,
+                        current=state,
+                        requested=requested,
+                        why=f"attempt {attempt} is older than the recorded attempt "
+                        f"{current.attempt}",
+                    )
+            return self._set_state(
+                conn,
+                TableEpoch(
+                    table=table,
+                    epoch=epoch,
+                    state=requested,
+                    delta_version=delta_version,
+                    job=job,
+                    attempt=attempt,
+                    generation=generation,
+                    rows=rows,
+                    updated_at=self._now(conn),
+                ),
+                exists=current is not None,
+            )
+
+    def seal(
+        self, job: str, generation: int, requests: Sequence[SealRequest]
+    ) -> CommitManifest | None:
+        with self._write() as conn:
+            self._check_lease(conn, job, generation)
+            now = self._now(conn)
+            for request in requests:
+                self._seal_one(conn, now, job, generation, request)
+            manifest = None
+            for epoch in sorted({request.epoch for request in requests}):
+                manifest = self._record_commit(conn, now, epoch) or manifest
+            return manifest
+
+    def _seal_one(
+        self, conn: sa.Connection, now: datetime, job: str, generation: int, request: SealRequest
+    ) -> None:
+        table, epoch = request.table, request.epoch
+        written = EpochState.WRITTEN
+        self._check_writer(conn, table, epoch, job, written)
+        self._epoch_row(conn, epoch)
+        current = self._state_row(conn, table, epoch)
+        current_state = None if current is None else EpochState(current.state)
+        if current_state not in (None, EpochState.PROCESSED):
+            raise EpochStateError(
+                table=table, epoch=epoch, current=current_state, requested=written
+            )
+        if current is not None and request.attempt < current.attempt:
+            raise EpochStateError(
+                table=table,
+                epoch=epoch,
+                current=current_state,
+                requested=written,
+                why=f"attempt {request.attempt} is older than the recorded attempt "
+                f"{current.attempt}",
+            )
+        latest = self._latest_rows(conn, "written", [table])
+        if latest and latest[0].epoch > epoch:
+            raise EpochStateError(
+                table=table,
+                epoch=epoch,
+                current=current_state,
+                requested=written,
+                why=f"epoch {latest[0].epoch} is already WRITTEN and WRITTEN epochs must increase",
+            )
+        first = epoch if request.first_epoch is None else request.first_epoch
+        if not 1 <= first <= epoch:
+            raise EpochStateError(
+                table=table,
+                epoch=epoch,
+                current=current_state,
+                requested=written,
+                why=f"a batch must start at an epoch between 1 and {epoch}, not {first}",
+            )
+        if first < epoch:
+            self._coalesce(conn, now, job, generation, request, first)
+        self._set_state(
+            conn,
+            TableEpoch(
+                table=table,
+                epoch=epoch,
+                state=written,
+                delta_version=request.delta_version,
+                job=job,
+                attempt=request.attempt,
+                generation=generation,
+                rows=request.rows,
+                updated_at=now,
+            ),
+            exists=current is not None,
+        )
+
+    def _coalesce(
+        self,
+        conn: sa.Connection,
+        now: datetime,
+        job: str,
+        generation: int,
+        request: SealRequest,
+        first: int,
+    ) -> None:
+        te = table_epochs_table
+        existing = {
+            row.epoch: EpochState(row.state)
+            for row in conn.execute(
+                sa.select(te.c.epoch, te.c.state).where(
+                    te.c.table_name == request.table,
+                    te.c.epoch >= first,
+                    te.c.epoch < request.epoch,
+                )
+            )
+        }
+        for epoch, state in existing.items():
+            if state not in (EpochState.PROCESSED, EpochState.ROLLED_BACK):
+                raise EpochStateError(
+                    table=request.table,
+                    epoch=epoch,
+                    current=state,
+                    requested=EpochState.COALESCED,
+                    why=f"it cannot be coalesced into epoch {request.epoch}",
+                )
+        values = [
+            {
+                "table_name": request.table,
+                "epoch": epoch,
+                "state": EpochState.COALESCED.value,
+                "delta_version": None,
+                "job": job,
+                "attempt": request.attempt,
+                "generation": generation,
+                "coalesced_into": request.epoch,
+                "rows": None,
+                "reason": None,
+                "updated_at": now,
+            }
+            for epoch in range(first, request.epoch)
+        ]
+        if existing:
+            conn.execute(
+                te.delete().where(
+                    te.c.table_name == request.table,
+                    te.c.epoch.in_(list(existing)),
+                )
+            )
+        conn.execute(te.insert(), values)
+        conn.execute(
+            epoch_history_table.insert(),
+            [self._history_values(v) for v in values],
+        )
+
+    def _record_commit(
+        self, conn: sa.Connection, now: datetime, epoch: int
+    ) -> CommitManifest | None:
+        """Record epoch ``epoch`` COMMIT if every table responsible for it has it WRITTEN."""
+        if conn.execute(
+            sa.select(commits_table.c.epoch).where(commits_table.c.epoch == epoch)
+        ).first():
+            return None
+        t, te = tables_table, table_epochs_table
+        rows = conn.execute(
+            sa.select(t.c.name, te.c.state, te.c.delta_version)
+            .select_from(t.outerjoin(te, sa.and_(te.c.table_name == t.c.name, te.c.epoch == epoch)))
+            .where(t.c.first_epoch <= epoch)
+        ).all()
+        if not rows or any(row.state != EpochState.WRITTEN.value for row in rows):
+            return None
+        barrier_ts = self._epoch_row(conn, epoch).barrier_ts
+        versions = {row.name: row.delta_version for row in rows}
+        conn.execute(
+            commits_table.insert().values(
+                epoch=epoch, versions=_json(versions), barrier_ts=barrier_ts, committed_at=now
+            )
+        )
+        return CommitManifest(
+            epoch=epoch, versions=versions, barrier_ts=barrier_ts, committed_at=now
+        )
+
+    def mark_rolled_back(
+        self, table: str, epoch: int, *, job: str, generation: int, reason: str
+    ) -> TableEpoch:
+        requested = EpochState.ROLLED_BACK
+        with self._write() as conn:
+            self._check_lease(conn, job, generation)
+            self._check_writer(conn, table, epoch, job, requested)
+            current = self._state_row(conn, table, epoch)
+            state = None if current is None else EpochState(current.state)
+            if state is not EpochState.PROCESSED:
+                raise EpochStateError(
+                    table=table,
+                    epoch=epoch,
+                    current=state,
+                    requested=requested,
+                    why="only a PROCESSED epoch can be rolled back",
+                )
+            return self._set_state(
+                conn,
+                TableEpoch(
+                    table=table,
+                    epoch=epoch,
+                    state=requested,
+                    delta_version=current.delta_version,
+                    job=job,
+                    attempt=current.attempt,
+                    generation=generation,
+                    rows=current.rows,
+                    reason=reason,
+                    updated_at=self._now(conn),
+                ),
+                exists=True,
+            )
+
+    def _check_lease(self, conn: sa.Connection, job: str, generation: int) -> None:
+        current = conn.execute(
+            sa.select(leases_table.c.generation).where(leases_table.c.job == job)
+        ).scalar_one_or_none()
+        if current != generation:
+            raise StaleLeaseError(job=job, generation=generation, current_generation=current)
+
+    def _check_writer(
+        self, conn: sa.Connection, table: str, epoch: int, job: str, requested: EpochState
+    ) -> None:
+        writer = self._table_row(conn, table, job=job).writer_job
+        if writer != job:
+            raise EpochStateError(
+                table=table,
+                epoch=epoch,
+                current=None,
+                requested=requested,
+                why=f"the table is written by job {writer!r}, not {job!r}",
+            )
+
+    @staticmethod
+    def _state_row(conn: sa.Connection, table: str, epoch: int) -> Any:
+        te = table_epochs_table
+        return conn.execute(
+            sa.select(te).where(te.c.table_name == table, te.c.epoch == epoch)
+        ).first()
+
+    @staticmethod
+    def _history_values(values: Mapping[str, Any]) -> dict[str, Any]:
+        history = {k: v for k, v in values.items() if k != "updated_at"}
+        history["recorded_at"] = values["updated_at"]
+        return history
+
+    def _set_state(self, conn: sa.Connection, state: TableEpoch, *, exists: bool) -> TableEpoch:
+        te = table_epochs_table
+        values = {
+            "state": state.state.value,
+            "delta_version": state.delta_version,
+            "job": state.job,
+            "attempt": state.attempt,
+            "generation": state.generation,
+            "coalesced_into": state.coalesced_into,
+            "rows": state.rows,
+            "reason": state.reason,
+            "updated_at": state.updated_at,
+        }
+        if exists:
+            conn.execute(
+                te.update()
+                .where(te.c.table_name == state.table, te.c.epoch == state.epoch)
+                .values(**values)
+            )
+        else:
+            conn.execute(te.insert().values(table_name=state.table, epoch=state.epoch, **values))
+        conn.execute(
+            epoch_history_table.insert().values(
+                **self._history_values({"table_name": state.table, "epoch": state.epoch, **values})
+            )
+        )
+        return state
+
+    @staticmethod
+    def _table_epoch(row: Any) -> TableEpoch:
+        return TableEpoch(
+            table=row.table_name,
+            epoch=row.epoch,
+            state=EpochState(row.state),
+            delta_version=row.delta_version,
+            job=row.job,
+            attempt=row.attempt,
+            generation=row.generation,
+            coalesced_into=row.coalesced_into,
+            rows=row.rows,
+            reason=row.reason,
+            updated_at=row.updated_at,
+        )
+
+    def table_epoch(self, table: str, epoch: int) -> TableEpoch | None:
+        with self._read() as conn:
+            row = self._state_row(conn, table, epoch)
+        return None if row is None else self._table_epoch(row)
+
+    def table_epochs(
+        self, table: str, *, after: int = 0, up_to: int | None = None, limit: int | None = None
+    ) -> list[TableEpoch]:
+        te = table_epochs_table
+        query = sa.select(te).where(te.c.table_name == table, te.c.epoch > after)
+        if up_to is not None:
+            query = query.where(te.c.epoch <= up_to)
+        query = query.order_by(te.c.epoch).limit(limit)
+        with self._read() as conn:
+            return [self._table_epoch(row) for row in conn.execute(query)]
+
+    def state_history(self, table: str, *, epoch: int | None = None) -> list[TableEpoch]:
+        """Every state transition of a table's epochs (ROLLED_BACK included), oldest first.
+
+        ``updated_at`` of each entry is when the transition was recorded.
+        """
+        h = epoch_history_table
+        query = sa.select(h).where(h.c.table_name == table)
+        if epoch is not None:
+            query = query.where(h.c.epoch == epoch)
+        with self._read() as conn:
+            return [
+                TableEpoch(
+                    table=row.table_name,
+                    epoch=row.epoch,
+                    state=EpochState(row.state),
+                    delta_version=row.delta_version,
+                    job=row.job,
+                    attempt=row.attempt,
+                    generation=row.generation,
+                    coalesced_into=row.coalesced_into,
+                    rows=row.rows,
+                    reason=row.reason,
+                    updated_at=row.recorded_at,
+                )
+                for row in conn.execute(query.order_by(h.c.id))
+            ]
+
+    def states_at(self, tables: Iterable[str], epoch: int) -> dict[str, TableEpoch]:
+        names = list(dict.fromkeys(tables))
+        if not names:
+            return {}
+        te = table_epochs_table
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(te).where(te.c.epoch == epoch, te.c.table_name.in_(names))
+            )
+            return {row.table_name: self._table_epoch(row) for row in rows}
+
+    def latest_written(
+        self, tables: Iterable[str], *, at_or_before: int | None = None
+    ) -> dict[str, TableEpoch]:
+        with self._read() as conn:
+            if at_or_before is None:
+                rows = self._latest_rows(conn, "written", tables)
+            else:
+                rows = self._latest_rows(
+                    conn, "written_at_or_before", tables, at_or_before=at_or_before
+                )
+        return {row.table_name: self._table_epoch(row) for row in rows}
+
+    def latest_processed(self, tables: Iterable[str]) -> dict[str, TableEpoch]:
+        with self._read() as conn:
+            rows = self._latest_rows(conn, "processed", tables)
+        return {row.table_name: self._table_epoch(row) for row in rows}
+
+    # The latest-state queries are one statement each, built once: for every requested
+    # name, correlated scalar subqueries find the newest epoch (one descent of
+    # ix_table_epochs_state each), then a primary-key join fetches that row.
+    # Cost O(tables * log history): no scan, no GROUP BY over the history.
+
+    def _build_latest_statements(self) -> dict[LatestQuery, sa.Select[Any]]:
+        if self.backend == "postgresql":
+            names = sa.bindparam("names", type_=postgresql.ARRAY(sa.Text))
+            name = sa.func.unnest(names).table_valued("name").render_derived().c.name
+        else:
+            name = (
+                sa.func.json_each(sa.bindparam("names", type_=sa.Text))
+                .table_valued("value")
+                .c.value
+            )
+
+        def newest(state: EpochState, *conditions: Any) -> sa.ScalarSelect[int]:
+            x = table_epochs_table.alias("x")
+            return (
+                sa.select(sa.func.max(x.c.epoch))
+                .where(x.c.table_name == name, x.c.state == state.value, *conditions)
+                .scalar_subquery()
+            )
+
+        def written_at_or_before() -> sa.ScalarSelect[int]:
+            x = table_epochs_table.alias("x")
+            return (
+                sa.select(sa.func.max(x.c.epoch))
+                .where(
+                    x.c.table_name == name,
+                    x.c.state == EpochState.WRITTEN.value,
+                    x.c.epoch <= sa.bindparam("at_or_before", type_=sa.BigInteger),
+                )
+                .scalar_subquery()
+            )
+
+        # "Any state but ROLLED_BACK": the largest of one index descent per such state.
+        greatest = sa.func.greatest if self.backend == "postgresql" else sa.func.max
+        processed = greatest(
+            *(
+                sa.func.coalesce(newest(state), 0)
+                for state in EpochState
+                if state is not EpochState.ROLLED_BACK
+            )
+        )
+        v = validations_table
+        validated = (
+            sa.select(sa.func.max(v.c.epoch)).where(v.c.table_name == name).scalar_subquery()
+        )
+
+        def fetch(target: sa.Table, epoch: sa.ColumnElement[int]) -> sa.Select[Any]:
+            latest = sa.select(name.label("name"), epoch.label("epoch")).subquery("latest")
+            return sa.select(target).join(
+                latest,
+                sa.and_(target.c.table_name == latest.c.name, target.c.epoch == latest.c.epoch),
+            )
+
+        return {
+            "written": fetch(table_epochs_table, newest(EpochState.WRITTEN)),
+            "written_at_or_before": fetch(table_epochs_table, written_at_or_before()),
+            "processed": fetch(table_epochs_table, processed),
+            "validation": fetch(validations_table, validated),
+        }
+
+    def _latest_rows(
+        self,
+        conn: sa.Connection,
+        query: LatestQuery,
+        tables: Iterable[str],
+        *,
+        at_or_before: int | None = None,
+    ) -> list[Any]:
+        names = list(dict.fromkeys(tables))
+        if not names:
+            return []
+        params: dict[str, Any] = {
+            "names": names if self.backend == "postgresql" else json.dumps(names)
+        }
+        if at_or_before is not None:
+            params["at_or_before"] = at_or_before
+        return conn.execute(self._latest_statements[query], params).all()
+
+    def get_commit(self, epoch: int) -> CommitManifest | None:
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(commits_table).where(commits_table.c.epoch == epoch)
+            ).first()
+        return None if row is None else self._commit(row)
+
+    def latest_commit(self) -> CommitManifest | None:
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(commits_table).order_by(commits_table.c.epoch.desc()).limit(1)
+            ).first()
+        return None if row is None else self._commit(row)
+
+    @staticmethod
+    def _commit(row: Any) -> CommitManifest:
+        return CommitManifest(
+            epoch=row.epoch,
+            versions=json.loads(row.versions),
+            barrier_ts=row.barrier_ts,
+            committed_at=row.committed_at,
+        )
+
+    # -- leases --------------------------------------------------------------------------
+
+    @staticmethod
+    def _ttl(job: str, ttl_seconds: float) -> timedelta:
+        if not ttl_seconds > 0:
+            raise LeaseError(
+                f"lease of job {job!r}: ttl_seconds must be positive, not {ttl_seconds}"
+            )
+        return timedelta(seconds=ttl_seconds)
+
+    def acquire_lease(self, job: str, owner: str, *, ttl_seconds: float) -> Lease:
+        ttl = self._ttl(job, ttl_seconds)
+        with self._write() as conn:
+            self._job_row(conn, job)
+            now = self._now(conn)
+            row = conn.execute(sa.select(leases_table).where(leases_table.c.job == job)).first()
+            if row is None:
+                generation = 1
+            elif row.owner == owner:
+                generation = row.generation
+            elif row.expires_at <= now:
+                # Taking over bumps the generation: the old owner can no longer seal anything.
+                generation = row.generation + 1
+            else:
+                raise LeaseHeldError(job=job, owner=row.owner, expires_at=row.expires_at)
+            lease = Lease(job=job, owner=owner, generation=generation, expires_at=now + ttl)
+            values = dict(owner=owner, generation=generation, expires_at=lease.expires_at)
+            if row is None:
+                conn.execute(leases_table.insert().values(job=job, acquired_at=now, **values))
+            else:
+                if generation != row.generation:
+                    values["acquired_at"] = now
+                conn.execute(
+                    leases_table.update().where(leases_table.c.job == job).values(**values)
+                )
+            return lease
+
+    def renew_lease(self, lease: Lease, *, ttl_seconds: float) -> Lease:
+        ttl = self._ttl(lease.job, ttl_seconds)
+        with self._write() as conn:
+            row = conn.execute(
+                sa.select(leases_table).where(leases_table.c.job == lease.job)
+            ).first()
+            if row is None or row.generation != lease.generation or row.owner != lease.owner:
+                raise StaleLeaseError(
+                    job=lease.job,
+                    generation=lease.generation,
+                    current_generation=None if row is None else row.generation,
+                )
+            renewed = Lease(
+                job=lease.job,
+                owner=lease.owner,
+                generation=lease.generation,
+                expires_at=self._now(conn) + ttl,
+            )
+            conn.execute(
+                leases_table.update()
+                .where(leases_table.c.job == lease.job)
+                .values(expires_at=renewed.expires_at)
+            )
+            return renewed
+
+    def release_lease(self, lease: Lease) -> None:
+        # The row stays, so the generation never restarts: a later owner gets a higher one.
+        with self._write() as conn:
+            conn.execute(
+                leases_table.update()
+                .where(
+                    leases_table.c.job == lease.job,
+                    leases_table.c.generation == lease.generation,
+                    leases_table.c.owner == lease.owner,
+                )
+                .values(expires_at=self._now(conn))
+            )
+
+    def get_lease(self, job: str) -> Lease | None:
+        with self._read() as conn:
+            row = conn.execute(sa.select(leases_table).where(leases_table.c.job == job)).first()
+        if row is None:
+            return None
+        return Lease(
+            job=row.job, owner=row.owner, generation=row.generation, expires_at=row.expires_at
+        )
+
+    # -- data quality and status ---------------------------------------------------------
+
+    def record_validation(self, record: ValidationRecord) -> None:
+        v = validations_table
+        with self._write() as conn:
+            self._table_row(conn, record.table)
+            self._epoch_row(conn, record.epoch)
+            conn.execute(
+                v.delete().where(v.c.table_name == record.table, v.c.epoch == record.epoch)
+            )
+            conn.execute(
+                v.insert().values(
+                    table_name=record.table,
+                    epoch=record.epoch,
+                    success=record.success,
+                    policy=record.policy,
+                    results=_json(record.results),
+                    recorded_at=self._now(conn),
+                )
+            )
+
+    @staticmethod
+    def _validation(row: Any) -> ValidationRecord:
+        return ValidationRecord(
+            table=row.table_name,
+            epoch=row.epoch,
+            success=row.success,
+            policy=row.policy,
+            results=json.loads(row.results),
+            recorded_at=row.recorded_at,
+        )
+
+    def validations(self, table: str, *, epoch: int | None = None) -> list[ValidationRecord]:
+        v = validations_table
+        query = sa.select(v).where(v.c.table_name == table)
+        if epoch is not None:
+            query = query.where(v.c.epoch == epoch)
+        with self._read() as conn:
+            return [self._validation(row) for row in conn.execute(query.order_by(v.c.epoch))]
+
+    def table_status(self) -> list[TableStatus]:
+        with self._read() as conn:
+            if self.backend == "postgresql":
+                # One snapshot for the several statements below.
+                conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            tables = [
+                self._table_info(row)
+                for row in conn.execute(sa.select(tables_table).order_by(tables_table.c.name))
+            ]
+            names = [table.name for table in tables]
+            processed = {
+                row.table_name: self._table_epoch(row)
+                for row in self._latest_rows(conn, "processed", names)
+            }
+            written = {
+                row.table_name: self._table_epoch(row)
+                for row in self._latest_rows(conn, "written", names)
+            }
+            checked = {
+                row.table_name: self._validation(row)
+                for row in self._latest_rows(conn, "validation", names)
+            }
+        return [
+            TableStatus(
+                table=table.name,
+                kind=table.kind,
+                writer_job=table.writer_job,
+                latest_processed=processed.get(table.name),
+                latest_written=written.get(table.name),
+                latest_validation=checked.get(table.name),
+            )
+            for table in tables
+        ]
