@@ -13,6 +13,7 @@ database server's on PostgreSQL (shared by every machine) and the local clock on
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -280,7 +281,8 @@ def normalize_url(url: str | sa.URL) -> tuple[Backend, sa.URL]:
     except sa.exc.ArgumentError:
         # The driver's message repeats the URL, password included: never pass it on.
         raise CatalogUrlError(
-            url=mask_url(text), reason="it is not a URL; use one of " + "; ".join(SUPPORTED_URLS)
+            url=text.split("://", 1)[0] + "://..." if "://" in text else "(not shown)",
+            reason="it is not a URL; use one of " + "; ".join(SUPPORTED_URLS),
         ) from None
     scheme = parsed.drivername.split("+", 1)[0]
     if scheme == "sqlite":
@@ -293,6 +295,32 @@ def normalize_url(url: str | sa.URL) -> tuple[Backend, sa.URL]:
         url=parsed.render_as_string(hide_password=True),
         reason=f"unsupported scheme {parsed.drivername!r}; use one of " + "; ".join(SUPPORTED_URLS),
     )
+
+
+CATALOG_FILE_NAME = "_catalog.sqlite"
+"""The embedded catalog's file name inside the warehouse."""
+
+
+def catalog_url(url: str | None, *, warehouse: str | os.PathLike[str] | None) -> str:
+    """``url``, or when it is None the embedded SQLite catalog of a local ``warehouse``."""
+    if url is not None:
+        return url
+    if warehouse is None:
+        raise CatalogUrlError(
+            url="",
+            reason="give a catalog URL or a local warehouse directory; supported URLs: "
+            + "; ".join(SUPPORTED_URLS),
+        )
+    location = os.fspath(warehouse)
+    if location.startswith("file://"):
+        location = location.removeprefix("file://")
+    elif "://" in location:
+        raise CatalogUrlError(
+            url=mask_url(location),
+            reason="the embedded SQLite catalog needs a local warehouse directory; "
+            "for a warehouse on object storage give a PostgreSQL catalog URL",
+        )
+    return f"sqlite:///{Path(location).expanduser().resolve() / CATALOG_FILE_NAME}"
 
 
 def _json(value: object) -> str:
@@ -374,7 +402,9 @@ class SqlCatalog(Catalog):
             text = text.replace(str(password), "***")
         return CatalogUnavailableError(
             backend=self.backend,
-            host=self._sa_url.host,
+            host=None
+            if self._sa_url.host is None
+            else f"{self._sa_url.host}:{self._sa_url.port or 5432}",
             database=self._sa_url.database or ":memory:",
             reason=text,
         )
@@ -464,6 +494,13 @@ class SqlCatalog(Catalog):
 
     def close(self) -> None:
         self._engine.dispose()
+
+    @classmethod
+    def open_for_upgrade(
+        cls, url: str | None = None, *, warehouse: str | os.PathLike[str] | None = None
+    ) -> SqlCatalog:
+        """Open a catalog whatever its schema version, only to call :meth:`upgrade`."""
+        return cls(catalog_url(url, warehouse=warehouse), check_schema=False)
 
     def __repr__(self) -> str:
         return f"SqlCatalog({self.url!r})"
@@ -1349,7 +1386,13 @@ class SqlCatalog(Catalog):
         )
 
         def fetch(target: sa.Table, epoch: sa.ColumnElement[int]) -> sa.Select[Any]:
-            latest = sa.select(name.label("name"), epoch.label("epoch")).subquery("latest")
+            # MATERIALIZED keeps PostgreSQL from pulling the subqueries into the join
+            # condition (a hash join over the whole history): they run once per name.
+            latest = (
+                sa.select(name.label("name"), epoch.label("epoch"))
+                .cte("latest")
+                .prefix_with("MATERIALIZED")
+            )
             return sa.select(target).join(
                 latest,
                 sa.and_(target.c.table_name == latest.c.name, target.c.epoch == latest.c.epoch),

@@ -1,0 +1,91 @@
+"""What an epoch commit costs over a plain Spark Parquet write.
+
+For each size, the same cached DataFrame (long id, string, double, timestamp, ``_epoch``)
+is written (a) by ``df.write.mode("overwrite").parquet(...)`` and (b) by Delta Barrier's
+``write_files`` + ``commit_files`` as one epoch of a new Delta table. Prints the median of
+a few runs of each and their ratio (target: below 1.25 at one million rows).
+
+Run: ``python -m bench.epoch_overhead_bench`` (or through ``python -m bench``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+SIZES = (10_000, 1_000_000)
+RUNS = 5
+TARGET_RATIO = 1.25
+
+
+def _median_seconds(action: Callable[[int], None], runs: int) -> float:
+    action(-1)  # warm-up: JIT, Python workers, file system caches
+    timings = []
+    for run in range(runs):
+        start = time.perf_counter()
+        action(run)
+        timings.append(time.perf_counter() - start)
+    return statistics.median(timings)
+
+
+def main() -> None:
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from etl.delta import commit_files, write_files
+    from etl.spark import build_spark
+
+    spark = build_spark(app_name="epoch-overhead-bench", conf={"spark.ui.enabled": "false"})
+    workdir = Path(tempfile.mkdtemp(prefix="epoch-overhead-"))
+    print(f"{'rows':>10} {'parquet s':>10} {'epoch s':>10} {'ratio':>7}")
+    try:
+        for rows in SIZES:
+            df = (
+                spark.range(rows)
+                .select(
+                    F.col("id"),
+                    F.concat(F.lit("customer-"), (F.col("id") % 997).cast("string")).alias("name"),
+                    (F.col("id") * 0.37).alias("amount"),
+                    F.timestamp_micros(F.lit(1_700_000_000_000_000) + F.col("id") * 1000).alias(
+                        "ts"
+                    ),
+                    F.lit(1).cast("long").alias("_epoch"),
+                )
+                .cache()
+            )
+            df.count()
+            schema = to_arrow_schema(df.schema, timezone="UTC")
+
+            def plain(run: int, df=df, rows=rows) -> None:
+                df.write.mode("overwrite").parquet(str(workdir / f"plain-{rows}"))
+
+            def epoch(run: int, df=df, rows=rows, schema=schema) -> None:
+                location = workdir / f"delta-{rows}-{run + 1}"
+                shutil.rmtree(location, ignore_errors=True)
+                files = write_files(df, str(location), file_prefix="1-1-0")
+                commit_files(
+                    str(location),
+                    files,
+                    schema=schema,
+                    mode="append",
+                    app_id="bench",
+                    txn_version=1,
+                    metadata={"delta_barrier.epoch": 1},
+                )
+
+            plain_s = _median_seconds(plain, RUNS)
+            epoch_s = _median_seconds(epoch, RUNS)
+            ratio = epoch_s / plain_s
+            print(f"{rows:>10} {plain_s:>10.3f} {epoch_s:>10.3f} {ratio:>7.2f}")
+            df.unpersist()
+        print(f"target ratio at {SIZES[-1]:,} rows: < {TARGET_RATIO}")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

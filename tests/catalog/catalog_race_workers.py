@@ -1,0 +1,76 @@
+"""Worker functions the race tests run in separate processes (spawned, so importable)."""
+
+from __future__ import annotations
+
+import time
+
+from catalog import (
+    DeltaBarrierError,
+    JobSpec,
+    LeaseHeldError,
+    SealRequest,
+    load_catalog,
+)
+
+
+def open_epochs(results, url, start, count):
+    catalog = load_catalog(url)
+    start.wait()
+    issued = [catalog.open_epoch() for _ in range(count)]
+    results.put([(e.id, e.barrier_ts) for e in issued])
+    catalog.close()
+
+
+def register_job(results, url, start, job, output, inputs):
+    catalog = load_catalog(url)
+    start.wait()
+    try:
+        catalog.register_job(JobSpec(job, output, inputs=tuple(inputs)))
+    except DeltaBarrierError as error:
+        results.put((job, type(error).__name__, vars(error)))
+    else:
+        results.put((job, "registered", {}))
+    finally:
+        catalog.close()
+
+
+def zombie(results, url, lease_ttl, a_ready, b_took_over, a_done):
+    """Instance A: takes the lease, records an epoch, stalls past its lease, then seals."""
+    catalog = load_catalog(url)
+    lease = catalog.acquire_lease("ingest", "instance-a", ttl_seconds=lease_ttl)
+    epoch = catalog.latest_epoch().id
+    catalog.record_processed(
+        "raw", epoch, delta_version=1, job="ingest", attempt=1, generation=lease.generation
+    )
+    a_ready.set()
+    b_took_over.wait(timeout=30)
+    try:
+        catalog.seal("ingest", lease.generation, [SealRequest("raw", epoch, 1)])
+    except DeltaBarrierError as error:
+        results.put(("a", type(error).__name__, vars(error)))
+    else:
+        results.put(("a", "sealed", {}))
+    finally:
+        a_done.set()
+        catalog.close()
+
+
+def successor(results, url, a_ready, b_took_over, a_done):
+    """Instance B: takes over the lease once A's expired, then replays and seals."""
+    catalog = load_catalog(url)
+    a_ready.wait(timeout=30)
+    while True:
+        try:
+            lease = catalog.acquire_lease("ingest", "instance-b", ttl_seconds=30)
+            break
+        except LeaseHeldError:
+            time.sleep(0.05)
+    b_took_over.set()
+    a_done.wait(timeout=30)
+    epoch = catalog.latest_epoch().id
+    catalog.record_processed(
+        "raw", epoch, delta_version=2, job="ingest", attempt=2, generation=lease.generation
+    )
+    catalog.seal("ingest", lease.generation, [SealRequest("raw", epoch, 2, attempt=2)])
+    results.put(("b", "sealed", {"generation": lease.generation}))
+    catalog.close()

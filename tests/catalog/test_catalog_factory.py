@@ -1,0 +1,147 @@
+"""Opening catalogs: URL forms, the warehouse default, and failures that never leak passwords."""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from catalog import (
+    CatalogUnavailableError,
+    CatalogUrlError,
+    JobSpec,
+    SqlCatalog,
+    TableSpec,
+    load_catalog,
+)
+
+PASSWORD = "s3cr3t-Pa55word"
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_default_catalog_is_a_sqlite_file_in_the_warehouse(tmp_path):
+    warehouse = tmp_path / "deep" / "warehouse"
+    catalog = load_catalog(warehouse=warehouse)
+    assert (warehouse / "_catalog.sqlite").is_file()
+    assert catalog.url == f"sqlite:///{warehouse.resolve() / '_catalog.sqlite'}"
+    catalog.register_table(TableSpec("t", str(warehouse / "t"), kind="root"))
+    catalog.close()
+    assert [t.name for t in load_catalog(warehouse=str(warehouse)).list_tables()] == ["t"]
+    assert load_catalog(warehouse=f"file://{warehouse}").list_tables()[0].name == "t"
+
+
+def test_a_sqlite_url_names_a_file(tmp_path):
+    path = tmp_path / "sub" / "cat.db"
+    load_catalog(f"sqlite:///{path}").open_epoch()
+    assert path.is_file()
+    assert load_catalog(f"sqlite:///{path}").latest_epoch().id == 1
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "memory://", "sqlite:///:memory:"])
+def test_in_memory_catalogs_are_private(url):
+    first, second = load_catalog(url), load_catalog(url)
+    first.open_epoch()
+    assert first.latest_epoch().id == 1
+    assert second.latest_epoch() is None
+
+
+def test_an_in_memory_catalog_is_usable_from_threads():
+    catalog = load_catalog("memory://")
+    catalog.register_table(TableSpec("t", "/w/t", kind="root"))
+    catalog.register_job(JobSpec("j", "t", source="s"))
+    start = threading.Barrier(4)
+
+    def work(_: int) -> list[int]:
+        start.wait()
+        ids = []
+        for _ in range(20):
+            ids.append(catalog.open_epoch().id)
+            catalog.latest_written(["t"])
+        return ids
+
+    with ThreadPoolExecutor(4) as pool:
+        issued = [i for ids in pool.map(work, range(4)) for i in ids]
+    assert sorted(issued) == list(range(1, 81))
+
+
+@pytest.mark.postgres
+def test_the_url_attribute_masks_the_password(postgres_url):
+    # The test server trusts local connections, so any password is accepted.
+    with_password = postgres_url.replace("://postgres@", f"://postgres:{PASSWORD}@")
+    assert with_password != postgres_url
+    catalog = load_catalog(with_password)
+    try:
+        assert PASSWORD not in catalog.url and "***" in catalog.url
+        assert PASSWORD not in repr(catalog)
+    finally:
+        catalog.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres", "postgresql+psycopg"])
+def test_postgres_url_forms(postgres_url, scheme):
+    url = scheme + postgres_url[postgres_url.index("://") :]
+    catalog = load_catalog(url)
+    assert isinstance(catalog, SqlCatalog) and catalog.backend == "postgresql"
+    assert catalog.open_epoch().id == 1
+    assert catalog.url.startswith("postgresql+psycopg://")
+    catalog.close()
+
+
+def test_an_unreachable_postgres_is_reported_without_the_password():
+    port = closed_port()
+    url = f"postgresql://delta:{PASSWORD}@127.0.0.1:{port}/warehouse_db"
+    with pytest.raises(CatalogUnavailableError) as raised:
+        load_catalog(url)
+    error = raised.value
+    assert (error.backend, error.host, error.database) == (
+        "postgresql",
+        f"127.0.0.1:{port}",
+        "warehouse_db",
+    )
+    text = "".join(traceback.format_exception(error))
+    for shown in (str(error), repr(error), text):
+        assert PASSWORD not in shown
+    assert "warehouse_db" in str(error) and f"127.0.0.1:{port}" in str(error)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"mysql://root:{PASSWORD}@localhost/db",
+        "oracle://host/db",
+        f"::not a url:{PASSWORD}@",
+        f"bad url://user:{PASSWORD}@host",
+    ],
+)
+def test_an_unsupported_url_lists_the_supported_ones(url):
+    with pytest.raises(CatalogUrlError) as raised:
+        load_catalog(url)
+    message = str(raised.value)
+    assert "sqlite:///" in message and "postgresql://" in message and "memory://" in message
+    text = "".join(traceback.format_exception(raised.value))
+    assert PASSWORD not in message and PASSWORD not in text
+
+
+def test_a_catalog_needs_a_url_or_a_local_warehouse():
+    with pytest.raises(CatalogUrlError, match="warehouse"):
+        load_catalog()
+    with pytest.raises(CatalogUrlError, match="PostgreSQL"):
+        load_catalog(warehouse="s3://bucket/warehouse")
+
+
+def test_an_unusable_sqlite_path_is_reported(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(CatalogUnavailableError) as raised:
+        load_catalog(f"sqlite:///{blocker / 'sub' / 'cat.db'}")
+    assert raised.value.backend == "sqlite"

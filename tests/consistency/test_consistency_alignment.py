@@ -1,0 +1,162 @@
+"""plan_batches / pending_epochs: barrier alignment, forced coalescing and backlog mode."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from consistency import BatchPlanError, EpochBatch, pending_epochs, plan_batches
+
+
+def batches(*pairs: tuple[int, int]) -> list[EpochBatch]:
+    return [EpochBatch(first, last) for first, last in pairs]
+
+
+def test_source_job_runs_every_issued_epoch_one_by_one():
+    assert plan_batches(done_through=3, issued_through=6, inputs_written=None) == batches(
+        (4, 4), (5, 5), (6, 6)
+    )
+    assert plan_batches(done_through=3, issued_through=5, inputs_written={}) == batches(
+        (4, 4), (5, 5)
+    )
+    assert plan_batches(done_through=6, issued_through=6, inputs_written=None) == []
+
+
+def test_source_job_in_backlog_mode_coalesces_into_one_batch():
+    plan = plan_batches(done_through=3, issued_through=6, inputs_written=None, backlog_threshold=3)
+    assert plan == batches((4, 6))
+    assert plan[0].coalesced
+    # Below the threshold nothing is coalesced.
+    assert plan_batches(
+        done_through=3, issued_through=5, inputs_written=None, backlog_threshold=3
+    ) == batches((4, 4), (5, 5))
+
+
+def test_backlog_respects_max_batch():
+    assert plan_batches(
+        done_through=0, issued_through=7, inputs_written=None, backlog_threshold=2, max_batch=3
+    ) == batches((1, 3), (4, 6), (7, 7))
+
+
+def test_derived_job_waits_for_every_input_and_folds_coalesced_epochs():
+    inputs = {"a": [1, 2, 3, 5, 6], "b": {1, 2, 3, 4, 5}}
+    # Horizon: min(6, 5) = 5. Epoch 4 was coalesced by a (into 5): folded into 5's batch.
+    assert plan_batches(done_through=2, issued_through=10, inputs_written=inputs) == batches(
+        (3, 3), (4, 5)
+    )
+    pending = pending_epochs(done_through=2, issued_through=10, inputs_written=inputs)
+    assert (pending.horizon, tuple(pending.runnable), pending.count) == (5, (3, 5), 3)
+    assert pending.last_runnable == 5
+
+
+def test_derived_job_with_an_unwritten_input_has_nothing_to_run():
+    assert plan_batches(done_through=0, issued_through=5, inputs_written={"a": [1, 2], "b": []}) == []
+    pending = pending_epochs(done_through=0, issued_through=5, inputs_written={"a": [1], "b": ()})
+    assert (pending.count, pending.last_runnable) == (0, None)
+
+
+def test_epochs_after_the_last_runnable_one_wait():
+    # b has 4 WRITTEN but a has not got there yet: 4 waits.
+    inputs = {"a": [1, 2, 3], "b": [1, 2, 3, 4]}
+    assert plan_batches(done_through=1, issued_through=9, inputs_written=inputs) == batches(
+        (2, 2), (3, 3)
+    )
+    inputs = {"a": [2, 5], "b": [1, 2, 3, 4, 6]}
+    # horizon 5, but 5 is not WRITTEN by b: 3..5 wait although pending.
+    assert plan_batches(done_through=0, issued_through=9, inputs_written=inputs) == batches((1, 2))
+
+
+def test_horizon_never_passes_the_newest_issued_epoch():
+    pending = pending_epochs(done_through=0, issued_through=2, inputs_written={"a": [1, 2, 3]})
+    assert pending.horizon == 2
+    assert plan_batches(done_through=0, issued_through=2, inputs_written={"a": [1, 2, 3]}) == batches(
+        (1, 1), (2, 2)
+    )
+
+
+def test_written_epochs_already_done_are_ignored():
+    assert plan_batches(done_through=4, issued_through=6, inputs_written={"a": [1, 2, 3, 4, 6]}) == (
+        batches((5, 6))
+    )
+
+
+def test_backlog_batches_end_on_runnable_epochs_even_beyond_max_batch():
+    inputs = {"a": [3, 9, 10]}
+    plan = plan_batches(
+        done_through=0, issued_through=10, inputs_written=inputs, backlog_threshold=1, max_batch=2
+    )
+    # 4..9 has no runnable epoch before 9: one batch longer than max_batch is forced.
+    assert plan == batches((1, 3), (4, 9), (10, 10))
+
+
+def test_invalid_arguments_are_refused():
+    with pytest.raises(BatchPlanError, match="sealed through epoch 5, after the newest issued epoch 4"):
+        plan_batches(done_through=5, issued_through=4, inputs_written=None)
+    with pytest.raises(BatchPlanError, match="max_batch must be at least 1, got 0"):
+        plan_batches(done_through=0, issued_through=4, inputs_written=None, max_batch=0)
+    with pytest.raises(BatchPlanError, match="backlog_threshold must be at least 1"):
+        plan_batches(done_through=0, issued_through=4, inputs_written=None, backlog_threshold=0)
+
+
+@st.composite
+def situations(draw):
+    done = draw(st.integers(0, 8))
+    issued = done + draw(st.integers(0, 15))
+    source = draw(st.booleans())
+    inputs = None
+    if not source:
+        inputs = {
+            f"in{i}": draw(st.sets(st.integers(1, issued + 3), max_size=20))
+            for i in range(draw(st.integers(1, 3)))
+        }
+    threshold = draw(st.none() | st.integers(1, 10))
+    max_batch = draw(st.none() | st.integers(1, 5))
+    return done, issued, inputs, threshold, max_batch
+
+
+@settings(max_examples=400, deadline=None)
+@given(situations())
+def test_batches_are_contiguous_end_on_runnable_epochs_and_stay_under_the_horizon(case):
+    done, issued, inputs, threshold, max_batch = case
+    plan = plan_batches(
+        done_through=done,
+        issued_through=issued,
+        inputs_written=inputs,
+        backlog_threshold=threshold,
+        max_batch=max_batch,
+    )
+    if inputs:
+        horizon = max(done, min(issued, *(max(s, default=done) for s in inputs.values())))
+        runnable = [
+            e for e in range(done + 1, horizon + 1) if all(e in s for s in inputs.values())
+        ]
+    else:
+        horizon = issued
+        runnable = list(range(done + 1, issued + 1))
+    if not runnable:
+        assert plan == []
+        return
+    # Contiguous from done+1, covering exactly up to the last runnable epoch.
+    assert plan[0].first == done + 1
+    assert plan[-1].last == runnable[-1] <= horizon
+    for previous, batch in zip(plan, plan[1:], strict=False):
+        assert batch.first == previous.last + 1
+    for batch in plan:
+        assert batch.first <= batch.last
+        assert batch.last in runnable
+    backlog = threshold is not None and horizon - done >= threshold
+    if not backlog:
+        # One batch per runnable epoch: nothing coalesced that need not be.
+        assert [b.last for b in plan] == runnable
+    elif max_batch is None:
+        assert plan == [EpochBatch(done + 1, runnable[-1])]
+    else:
+        for batch in plan:
+            if batch.last - batch.first + 1 > max_batch:
+                # Longer only when no runnable epoch lay within reach.
+                assert not [e for e in runnable if batch.first <= e < batch.first + max_batch]
+            else:
+                # As long as allowed: the next runnable epoch would not have fitted.
+                later = [e for e in runnable if e > batch.last]
+                assert not later or later[0] - batch.first + 1 > max_batch

@@ -1,0 +1,450 @@
+"""The Delta I/O layer against real Spark, real Parquet files and real Delta logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from consistency.models import (
+    BEFORE_FIRST_VERSION,
+    META_ATTEMPT,
+    META_BATCH,
+    META_EPOCH,
+    META_FINAL,
+    META_FIRST_EPOCH,
+    META_JOB,
+    META_ROLLBACK_OF,
+    LogCommit,
+)
+from etl.delta import (
+    commit_files,
+    log_commits,
+    merge_files,
+    read_arrow,
+    read_epochs,
+    read_pandas,
+    read_table,
+    restore_table,
+    table_version,
+    write_files,
+)
+from etl.delta_write import _string_upper_bound
+from etl.errors import (
+    CommitConflictError,
+    DeltaIOError,
+    DuplicateMergeKeyError,
+    InvalidWriteOptionError,
+    SchemaMismatchError,
+    UnsupportedTableFeatureError,
+)
+
+pytestmark = pytest.mark.spark
+
+UTC = timezone.utc
+SCHEMA = (
+    "id long, name string, amount double, ts timestamp, day date, flag boolean, "
+    "price decimal(12,3), tags array<string>, _epoch long"
+)
+
+
+def _row(i: int, epoch: int, name: str | None = "n") -> tuple:
+    return (
+        i,
+        name,
+        None if i % 4 == 0 else i * 1.5,
+        datetime(2024, 1, 1, 12, 0, 0, i, tzinfo=UTC) if i % 5 else None,
+        date(2024, 1, 1 + i % 28),
+        i % 2 == 0,
+        Decimal(f"{i}.125"),
+        [f"t{i}", None] if i % 3 else None,
+        epoch,
+    )
+
+
+def _commit(location, df, files, txn, *, mode="append", partition_by=(), removes=(), meta=None):
+    return commit_files(
+        str(location),
+        files,
+        schema=to_arrow_schema(df.schema, timezone="UTC"),
+        mode=mode,
+        partition_by=partition_by,
+        removes=removes,
+        app_id="test-app",
+        txn_version=txn,
+        metadata=meta or {},
+    )
+
+
+def _append(spark, location, rows, txn, *, partition_by=(), meta=None, files_per_commit=1):
+    df = spark.createDataFrame(rows, SCHEMA).repartition(files_per_commit)
+    files = write_files(df, str(location), partition_by=partition_by, file_prefix=f"t{txn}")
+    return _commit(location, df, files, txn, partition_by=partition_by, meta=meta), files
+
+
+def _canonical(table: pa.Table) -> list[tuple]:
+    """Rows as sortable tuples; timestamps as UTC microseconds (independent of zones)."""
+    columns = []
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if pa.types.is_timestamp(field.type):
+            column = pc.cast(column, pa.int64())
+        columns.append(column.to_pylist())
+    return sorted(zip(*columns, strict=True), key=repr)
+
+
+def _spark_rows(df) -> list[tuple]:
+    return _canonical(df.toArrow())
+
+
+def test_round_trip_partitioned_keeps_schema_values_and_layout(spark, tmp_path):
+    names = ["a/b c", "x=y", None, "", "plain", "ünï"]
+    rows = [_row(i, epoch=1 + i % 2, name=names[i % len(names)]) for i in range(1, 25)]
+    df = spark.createDataFrame(rows, SCHEMA).repartition(3)
+    files = write_files(df, str(tmp_path), partition_by=["_epoch", "name"], file_prefix="e1")
+    version = _commit(tmp_path, df, files, 1, partition_by=["_epoch", "name"])
+
+    assert version == 0
+    assert sum(f.rows for f in files) == len(rows)
+    back = read_table(spark, str(tmp_path))
+    assert [(f.name, f.dataType) for f in back.schema.fields] == [
+        (f.name, f.dataType) for f in df.schema.fields
+    ]
+    # Delta stores an empty string partition value as null (protocol: partition values).
+    expected = spark.createDataFrame([(*r[:1], r[1] or None, *r[2:]) for r in rows], SCHEMA)
+    assert _spark_rows(back) == _spark_rows(expected)
+
+    for file in files:
+        path = tmp_path / file.path
+        assert path.name.startswith("part-e1-") and path.suffix == ".parquet"
+        assert file.size == path.stat().st_size
+        schema = pq.read_schema(path)
+        assert "_epoch" not in schema.names and "name" not in schema.names
+        ts = pq.ParquetFile(path).schema_arrow.field("ts").type
+        assert ts == pa.timestamp("us", tz="UTC")
+    assert (tmp_path / "_epoch=1" / "name=a%2Fb c").is_dir()
+    assert (tmp_path / "_epoch=2" / "name=x%3Dy").is_dir()
+    assert (tmp_path / "_epoch=1" / "name=__HIVE_DEFAULT_PARTITION__").is_dir()
+    # delta-rs agrees on every value, partition columns included.
+    assert _canonical(read_arrow(str(tmp_path))) == _spark_rows(expected)
+
+
+def test_file_statistics_follow_the_delta_protocol(spark, tmp_path):
+    long_name = "z" * 40
+    rows = [
+        (1, "apple", 2.5, datetime(2024, 5, 1, 0, 0, 0, 123456, tzinfo=UTC), Decimal("12.345")),
+        (2, long_name, None, datetime(2024, 5, 2, 3, 4, 5, 654321, tzinfo=UTC), Decimal("-1.5")),
+        (3, None, float("nan"), None, None),
+    ]
+    schema = "id long, name string, score double, ts timestamp, price decimal(12,3)"
+    df = spark.createDataFrame(rows, schema).withColumn("tags", F.array(F.col("name")))
+    (file,) = write_files(df.coalesce(1), str(tmp_path), file_prefix="s")
+    stats = json.loads(file.stats, parse_float=Decimal)
+
+    assert stats["numRecords"] == 3 == file.rows
+    assert stats["minValues"]["id"] == 1 and stats["maxValues"]["id"] == 3
+    assert stats["nullCount"] == {"id": 0, "name": 1, "score": 1, "ts": 1, "price": 1}
+    assert stats["minValues"]["ts"] == "2024-05-01T00:00:00.123456Z"
+    assert stats["maxValues"]["ts"] == "2024-05-02T03:04:05.654321Z"
+    assert stats["minValues"]["price"] == Decimal("-1.5")
+    assert stats["maxValues"]["price"] == Decimal("12.345")
+    # NaN has no place in an order: no bounds for that column; nested columns: no stats.
+    assert "score" not in stats["minValues"] and "score" not in stats["maxValues"]
+    assert "tags" not in stats["nullCount"]
+    # Strings: a 32-char prefix for the minimum, a valid upper bound for the maximum.
+    assert stats["minValues"]["name"] == "apple"
+    high = stats["maxValues"]["name"]
+    assert len(high) <= 32 and high > long_name and high.startswith("z" * 31)
+
+    _commit(tmp_path, df, [file], 1)
+    actions = pa.table(DeltaTable(str(tmp_path)).get_add_actions(flatten=True)).to_pylist()
+    assert actions[0]["min.id"] == 1 and actions[0]["max.id"] == 3
+    assert actions[0]["num_records"] == 3
+
+
+def test_string_upper_bound_is_above_every_string_with_the_prefix():
+    assert _string_upper_bound("a" * 40) == "a" * 31 + "b"
+    assert _string_upper_bound("a" * 31 + "\U0010ffff" + "x") == "a" * 30 + "b"
+    assert _string_upper_bound("a" * 31 + "\ud7ff" + "x") == "a" * 31 + "\ue000"
+    assert _string_upper_bound("\U0010ffff" * 40) is None
+
+
+def test_commit_is_idempotent_per_app_transaction(spark, tmp_path):
+    rows = [_row(i, epoch=1) for i in range(1, 4)]
+    df = spark.createDataFrame(rows, SCHEMA)
+    files = write_files(df, str(tmp_path), file_prefix="a")
+
+    assert _commit(tmp_path, df, files, 1, meta={META_EPOCH: 1}) == 0
+    assert _commit(tmp_path, df, files, 1, meta={META_EPOCH: 1}) == 0
+    assert table_version(str(tmp_path)) == 0
+    assert read_table(spark, str(tmp_path)).count() == 3
+
+    more = write_files(df, str(tmp_path), file_prefix="b")
+    assert _commit(tmp_path, df, more, 2) == 1
+    # A replay of an older transaction returns the version that committed it.
+    assert _commit(tmp_path, df, files, 1) == 0
+    assert table_version(str(tmp_path)) == 1
+    assert read_table(spark, str(tmp_path)).count() == 6
+    # The guard is per app: another app's transaction 1 is a new commit.
+    other = commit_files(
+        str(tmp_path),
+        more,
+        schema=to_arrow_schema(df.schema, timezone="UTC"),
+        mode="append",
+        app_id="other-app",
+        txn_version=1,
+        metadata={},
+    )
+    assert other == 2
+    history = DeltaTable(str(tmp_path)).history()
+    assert history[0]["delta_barrier.app_id"] == "other-app"
+
+
+def test_overwrite_removes_every_current_file(spark, tmp_path):
+    _append(spark, tmp_path, [_row(i, 1) for i in range(1, 6)], 1, files_per_commit=2)
+    _append(spark, tmp_path, [_row(i, 2) for i in range(6, 9)], 2)
+    df = spark.createDataFrame([_row(i, 3) for i in (100, 101)], SCHEMA)
+    files = write_files(df, str(tmp_path), file_prefix="o")
+
+    version = _commit(tmp_path, df, files, 3, mode="overwrite")
+
+    assert version == 2
+    assert sorted(r.id for r in read_table(spark, str(tmp_path)).collect()) == [100, 101]
+    assert {f.rsplit("/", 1)[1] for f in DeltaTable(str(tmp_path)).file_uris()} == {
+        os.path.basename(f.path) for f in files
+    }
+    assert read_table(spark, str(tmp_path), version=1).count() == 8
+    with pytest.raises(InvalidWriteOptionError):
+        _commit(tmp_path, df, files, 4, mode="overwrite", removes=[files[0]])
+
+
+def test_merge_rewrites_only_files_holding_updated_keys(spark, tmp_path):
+    location = str(tmp_path)
+    base = [_row(i, 1, name=f"p{i % 3}") for i in range(1, 13)]
+    # Two files per partition: keys spread over six files in three partitions.
+    df = spark.createDataFrame(base, SCHEMA).repartition(2, "id")
+    files = write_files(df, location, partition_by=["name"], file_prefix="m0")
+    assert len(files) == 6
+    _commit(tmp_path, df, files, 1, partition_by=["name"])
+    file_of = {
+        r.id: r.f
+        for r in read_table(spark, location).select("id", F.input_file_name().alias("f")).collect()
+    }
+
+    updates = spark.createDataFrame(
+        [
+            _row(2, 2, name="p2"),  # update in place
+            (*_row(7, 2, name="p0")[:2], 99.0, *_row(7, 2)[3:]),  # moves from p1 to p0
+            _row(100, 2, name="p1"),  # insert
+            (None, "p1", 1.0, None, None, None, None, None, 2),  # null key: an insert
+        ],
+        SCHEMA,
+    )
+    adds, removed = merge_files(
+        spark,
+        location,
+        version=0,
+        updates=updates,
+        keys=["id"],
+        partition_by=["name"],
+        file_prefix="m1",
+    )
+    # Exactly the files holding keys 2 and 7 are replaced.
+    assert {str(tmp_path / p) for p in removed} == {
+        file_of[2].removeprefix("file://").replace("%20", " "),
+        file_of[7].removeprefix("file://").replace("%20", " "),
+    }
+    assert len(set(removed)) == len(removed) == 2
+    version = _commit(tmp_path, updates, adds, 2, partition_by=["name"], removes=removed)
+
+    after = {r.id: r for r in read_table(spark, location, version=version).collect()}
+    kept_ids = {i for i in range(1, 13)} - {2, 7}
+    assert set(after) == kept_ids | {2, 7, 100, None}
+    assert after[7].name == "p0" and after[7].amount == 99.0 and after[7]._epoch == 2
+    assert after[2]._epoch == 2 and after[100]._epoch == 2
+    assert all(after[i]._epoch == 1 for i in kept_ids)
+    assert read_table(spark, location, version=version).count() == len(after)
+    untouched = {f.path for f in files} - set(removed)
+    current = {os.path.relpath(u, location) for u in DeltaTable(location).file_uris()}
+    assert untouched <= current and not set(removed) & current
+
+    # A second merge of the same removes against a stale plan is refused.
+    with pytest.raises(CommitConflictError):
+        _commit(tmp_path, updates, [], 3, partition_by=["name"], removes=removed)
+    duplicated = updates.unionAll(updates.where("id = 2"))
+    with pytest.raises(DuplicateMergeKeyError) as err:
+        merge_files(
+            spark,
+            location,
+            version=version,
+            updates=duplicated,
+            keys=["id"],
+            partition_by=["name"],
+            file_prefix="m2",
+        )
+    assert err.value.example == {"id": 2}
+
+
+def test_read_epochs_opens_only_files_whose_epochs_overlap(spark, tmp_path):
+    flat = tmp_path / "flat"
+    for epoch in (1, 2, 3):
+        _append(spark, flat, [_row(i, epoch) for i in range(epoch * 10, epoch * 10 + 4)], epoch)
+
+    two = read_epochs(spark, str(flat), version=2, first_epoch=2, last_epoch=2)
+    assert len(two.inputFiles()) == 1 and "part-t2-" in two.inputFiles()[0]
+    assert {r._epoch for r in two.collect()} == {2} and two.count() == 4
+    two_three = read_epochs(spark, str(flat), version=2, first_epoch=2, last_epoch=3)
+    assert len(two_three.inputFiles()) == 2 and two_three.count() == 8
+    assert read_epochs(spark, str(flat), version=0, first_epoch=2, last_epoch=3).count() == 0
+    arrow = read_arrow(str(flat), version=2, columns=["id", "_epoch"], filter_epochs=(3, 3))
+    assert arrow.column_names == ["id", "_epoch"] and set(arrow.column("_epoch").to_pylist()) == {3}
+
+    parted = tmp_path / "parted"
+    _append(spark, parted, [_row(i, 1 + i % 3) for i in range(9)], 1, partition_by=["_epoch"])
+    three = read_epochs(spark, str(parted), version=0, first_epoch=3, last_epoch=3)
+    assert [("_epoch=3" in f) for f in three.inputFiles()] == [True]
+    assert sorted(r.id for r in three.collect()) == [2, 5, 8]
+    assert read_pandas(str(parted), filter_epochs=(3, 3))["id"].sort_values().tolist() == [2, 5, 8]
+
+
+def test_restore_and_log_commits_for_recovery(spark, tmp_path):
+    location = str(tmp_path)
+    meta1 = {META_EPOCH: 1, META_FIRST_EPOCH: 1, META_JOB: "j", META_ATTEMPT: 1, META_FINAL: True}
+    _append(spark, tmp_path, [_row(i, 1) for i in range(3)], 1, meta=meta1)
+    meta2 = {META_EPOCH: 2, META_FIRST_EPOCH: 2, META_JOB: "j", META_ATTEMPT: 1, META_BATCH: 0}
+    _append(spark, tmp_path, [_row(i, 2) for i in range(3, 5)], 2, meta={**meta2, META_FINAL: False})
+
+    restored = restore_table(location, to_version=0, metadata={META_ROLLBACK_OF: "2"})
+
+    assert restored == 2
+    assert sorted(r.id for r in read_table(spark, location).collect()) == [0, 1, 2]
+    assert log_commits(location, after_version=0) == [
+        LogCommit(version=1, operation="WRITE", epoch=2, first_epoch=2, job="j", attempt=1),
+        LogCommit(version=2, operation="RESTORE", restored_to=0),
+    ]
+    first = log_commits(location, after_version=None)[0]
+    assert (first.version, first.epoch, first.job, first.final) == (0, 1, "j", True)
+    # A RESTORE does not reset the app's transaction version: re-committing epoch 2's
+    # transaction is a no-op that answers the restored-away version...
+    df = spark.createDataFrame([_row(9, 2)], SCHEMA)
+    files = write_files(df, location, file_prefix="r")
+    assert _commit(tmp_path, df, files, 2) == 1
+    assert read_table(spark, location).count() == 3
+    # ...so a replay must use a higher transaction version.
+    assert _commit(tmp_path, df, files, 3, meta={META_EPOCH: 2, META_ATTEMPT: 2}) == 3
+
+    assert restore_table(location, to_version=3, metadata={}) == 3  # already there
+    emptied = restore_table(location, to_version=None, metadata={META_ROLLBACK_OF: "1,2"})
+    assert emptied == 4
+    assert log_commits(location, after_version=3) == [
+        LogCommit(version=4, operation="WRITE", restored_to=BEFORE_FIRST_VERSION)
+    ]
+    empty = read_table(spark, location)
+    assert empty.count() == 0 and empty.schema.fieldNames() == df.schema.fieldNames()
+    with pytest.raises(DeltaIOError):
+        restore_table(location, to_version=9, metadata={})
+
+
+def test_schema_mismatch_names_table_and_columns(spark, tmp_path):
+    _append(spark, tmp_path, [_row(1, 1)], 1)
+    other = spark.createDataFrame([(1, "x")], "id int, label string")
+    files = write_files(other, str(tmp_path), file_prefix="x")
+
+    with pytest.raises(SchemaMismatchError) as err:
+        _commit(tmp_path, other, files, 2)
+
+    assert err.value.table == str(tmp_path)
+    assert err.value.expected["id"] == "long" and err.value.got["id"] == "integer"
+    assert "label" in str(err.value) and "amount" in str(err.value)
+    assert table_version(str(tmp_path)) == 0
+    # Nullability alone is no mismatch.
+    strict = spark.createDataFrame([_row(2, 1)], SCHEMA.replace("id long", "id long not null"))
+    files = write_files(strict, str(tmp_path), file_prefix="y")
+    assert _commit(tmp_path, strict, files, 3) == 1
+
+
+def test_tables_with_unsupported_features_are_refused(spark, tmp_path):
+    schema = pa.schema([("id", pa.int64())])
+    dv = DeltaTable.create(
+        str(tmp_path / "dv"), schema, configuration={"delta.enableDeletionVectors": "true"}
+    )
+    mapped = DeltaTable.create(
+        str(tmp_path / "cm"), schema, configuration={"delta.columnMapping.mode": "name"}
+    )
+    df = spark.createDataFrame([(1,)], "id long")
+    for table, feature in ((dv, "deletionVectors"), (mapped, "columnMapping")):
+        location = table.table_uri.removeprefix("file://").rstrip("/")
+        for read in (
+            lambda loc=location: read_table(spark, loc),
+            lambda loc=location: read_arrow(loc),
+            lambda loc=location: commit_files(
+                loc, [], schema=schema, mode="append", app_id="a", txn_version=1, metadata={}
+            ),
+        ):
+            with pytest.raises(UnsupportedTableFeatureError) as err:
+                read()
+            assert err.value.table == location
+            assert any(f.startswith(feature) for f in err.value.features)
+    # The timestampNtz reader feature is supported.
+    ntz = tmp_path / "ntz"
+    write_deltalake(str(ntz), pa.table({"t": pa.array([datetime(2024, 1, 1, 5)], pa.timestamp("us"))}))
+    assert DeltaTable(str(ntz)).protocol().reader_features == ["timestampNtz"]
+    assert read_table(spark, str(ntz)).collect()[0].t == datetime(2024, 1, 1, 5)
+    assert df.count() == 1
+
+
+def test_empty_versions_and_missing_tables(spark, tmp_path):
+    assert table_version(str(tmp_path / "nothing")) is None
+    with pytest.raises(DeltaIOError):
+        read_table(spark, str(tmp_path / "nothing"))
+    df = spark.createDataFrame([], SCHEMA)
+    assert write_files(df, str(tmp_path / "t"), file_prefix="e") == []
+    assert _commit(tmp_path / "t", df, [], 1, partition_by=["_epoch"]) == 0
+
+    empty = read_table(spark, str(tmp_path / "t"))
+    assert empty.count() == 0
+    assert [(f.name, f.dataType) for f in empty.schema.fields] == [
+        (f.name, f.dataType) for f in df.schema.fields
+    ]
+    assert read_epochs(spark, str(tmp_path / "t"), version=0, first_epoch=1, last_epoch=9).count() == 0
+    assert read_arrow(str(tmp_path / "t")).num_rows == 0
+    with pytest.raises(DeltaIOError):
+        read_table(spark, str(tmp_path / "t"), version=5)
+
+
+def test_files_outside_the_hive_layout_take_partition_values_from_the_log(spark, tmp_path):
+    rows = [(i, i % 2, f"v{i}") for i in range(6)]
+    df = spark.createDataFrame(rows, "id long, p int, v string").coalesce(1)
+    files = write_files(df, str(tmp_path), partition_by=["p"], file_prefix="h")
+    moved = []
+    for i, file in enumerate(files):
+        target = f"elsewhere/f{i}.parquet"
+        (tmp_path / "elsewhere").mkdir(exist_ok=True)
+        shutil.move(tmp_path / file.path, tmp_path / target)
+        moved.append(type(file)(**{**file.__dict__, "path": target}))
+    _commit(tmp_path, df, moved, 1, partition_by=["p"])
+
+    back = read_table(spark, str(tmp_path))
+    assert back.schema.simpleString() == "struct<id:bigint,p:int,v:string>"
+    assert sorted(tuple(r) for r in back.collect()) == sorted(rows)
+
+
+def test_write_options_are_checked(spark, tmp_path):
+    df = spark.createDataFrame([(1, 1.5)], "id long, x double")
+    with pytest.raises(InvalidWriteOptionError, match="file_prefix"):
+        write_files(df, str(tmp_path), file_prefix="a/b")
+    with pytest.raises(InvalidWriteOptionError, match="type double"):
+        write_files(df, str(tmp_path), partition_by=["x"], file_prefix="a")
+    with pytest.raises(InvalidWriteOptionError, match="not in the rows"):
+        write_files(df, str(tmp_path), partition_by=["nope"], file_prefix="a")
+    assert not any(Path(tmp_path).iterdir())
