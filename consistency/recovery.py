@@ -18,12 +18,17 @@ current table holds. Recovery groups them into consecutive runs of one (epoch, a
   or belongs to an attempt the catalog has superseded, starts the part of the log to
   roll back: everything from its first commit on is undone by restoring the version
   just before it, and every unsealed epoch seen is replayed.
+
+A commit without Delta Barrier metadata (other than a data-neutral operation such as
+VACUUM), a commit of another job, or a RESTORE to before the sealed version makes the
+table hold rows recovery cannot account for: it refuses while the table still holds them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import groupby
+from typing import NamedTuple
 
 from catalog.models import EpochState, TableEpoch
 from consistency.errors import ForeignCommitError, RecoveryError, RestoreBeforeSealError
@@ -105,15 +110,12 @@ def plan_recovery(
         tail = group[-1]
         assert tail.epoch is not None  # only commits with an epoch are effective rows
         first = tail.first_epoch if tail.first_epoch is not None else tail.epoch
-        if not tail.final or not _continues(first, tail.epoch, last_sealed):
-            bad = [c for g in groups[index:] for c in g]
-            break
-        row = cataloged.get(tail.epoch)
-        if row is not None and (
-            row.attempt > _attempt(tail)
-            or (row.state == EpochState.ROLLED_BACK and row.attempt >= _attempt(tail))
-        ):
-            # The catalog has moved past this attempt: its rows are not the epoch's.
+        recorded = cataloged.get(tail.epoch)
+        superseded = recorded is not None and (
+            recorded.attempt > _attempt(tail)
+            or (recorded.state == EpochState.ROLLED_BACK and recorded.attempt >= _attempt(tail))
+        )
+        if not tail.final or superseded or not _continues(first, tail.epoch, last_sealed):
             bad = [c for g in groups[index:] for c in g]
             break
         seals.append(
@@ -157,10 +159,13 @@ def plan_recovery(
 
     previous = last_sealed
     for epoch in sorted(e for e in seen_attempts if unsealed(e)):
-        first = previous + 1 if previous is not None else _first_epoch_in_log(log, epoch)
+        batch_start = previous + 1 if previous is not None else _first_epoch_in_log(log, epoch)
         actions.append(
             ReplayAction(
-                table=table, epoch=epoch, attempt=seen_attempts[epoch] + 1, first_epoch=first
+                table=table,
+                epoch=epoch,
+                attempt=seen_attempts[epoch] + 1,
+                first_epoch=batch_start,
             )
         )
         previous = epoch
@@ -187,15 +192,27 @@ def _first_epoch_in_log(log: Sequence[LogCommit], epoch: int) -> int | None:
     return min(firsts) if firsts else None
 
 
+class _Content(NamedTuple):
+    """What a version of the table holds, as far as recovery is concerned."""
+
+    epoch_commits: tuple[LogCommit, ...]
+    """This job's epoch commits after the sealed version whose rows it holds, in order."""
+    damage: LogCommit | None
+    """The first commit whose effect recovery cannot account for: a foreign commit, or a
+    RESTORE that went back before the sealed version."""
+
+
 def _replay_log(
     table: str, job: str, sealed_version: int | None, log: Sequence[LogCommit]
 ) -> tuple[tuple[LogCommit, ...], int | None, dict[int, int]]:
-    """Walk the log: the effective epoch commits, the current version, attempts seen per epoch."""
+    """Walk the log: the effective epoch commits, the current version, attempts seen per epoch.
+
+    A foreign commit or a pre-seal RESTORE is an error only while the current table still
+    holds its effect: once an operator restored the table past it, recovery goes on.
+    """
     base = sealed_version if sealed_version is not None else BEFORE_FIRST_VERSION
-    # The effective epoch commits as of each version; the base (the sealed version, or
-    # the empty table) holds none after the seal.
-    effective_at: dict[int, tuple[LogCommit, ...]] = {base: ()}
-    effective: tuple[LogCommit, ...] = ()
+    content_at: dict[int, _Content] = {base: _Content((), None)}
+    content = content_at[base]
     attempts: dict[int, int] = {}
     for commit in log:
         if commit.restored_to is not None or commit.operation == "RESTORE":
@@ -208,14 +225,11 @@ def _replay_log(
                         "is unknown; pass LogCommit.restored_to"
                     ),
                 )
-            if target < base and sealed_version is not None:
-                raise RestoreBeforeSealError(
-                    table=table,
-                    version=commit.version,
-                    restored_to=target,
-                    sealed_version=sealed_version,
-                )
-            if target not in effective_at:
+            if sealed_version is not None and target < sealed_version:
+                content = _Content((), commit)
+            elif target in content_at:
+                content = content_at[target]
+            else:
                 raise RecoveryError(
                     table=table,
                     reason=(
@@ -223,19 +237,28 @@ def _replay_log(
                         "not in the log given to recovery"
                     ),
                 )
-            effective = effective_at[target]
-        elif commit.job is None:
-            if commit.operation not in DATA_NEUTRAL_OPERATIONS:
-                raise ForeignCommitError(table, commit.version, commit.operation)
-        elif commit.job != job:
-            raise ForeignCommitError(table, commit.version, commit.operation, job=commit.job)
+        elif commit.job != job and (
+            commit.job is not None or commit.operation not in DATA_NEUTRAL_OPERATIONS
+        ):
+            content = content._replace(damage=content.damage or commit)
         elif commit.epoch is not None:
-            effective = (*effective, commit)
+            content = content._replace(epoch_commits=(*content.epoch_commits, commit))
             attempts[commit.epoch] = max(attempts.get(commit.epoch, 0), _attempt(commit))
-        # A commit of this job without an epoch (e.g. creating the table) holds no rows.
-        effective_at[commit.version] = effective
+        # Otherwise the commit holds no rows: a data-neutral operation, or a commit of this
+        # job without an epoch (e.g. creating the table).
+        content_at[commit.version] = content
+    damage = content.damage
+    if damage is not None and damage.restored_to is not None and sealed_version is not None:
+        raise RestoreBeforeSealError(
+            table=table,
+            version=damage.version,
+            restored_to=damage.restored_to,
+            sealed_version=sealed_version,
+        )
+    if damage is not None:
+        raise ForeignCommitError(table, damage.version, damage.operation, job=damage.job)
     head = log[-1].version if log else sealed_version
-    return effective, head, attempts
+    return content.epoch_commits, head, attempts
 
 
 def _check_inputs(

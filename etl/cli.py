@@ -107,7 +107,9 @@ def run(
     pipeline_file: Annotated[Path, typer.Argument(help="Python file that defines `pipeline`.")],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    once: Annotated[bool, typer.Option("--once", help="Run one epoch to completion and exit.")] = False,
+    once: Annotated[
+        bool, typer.Option("--once", help="Run one epoch to completion and exit.")
+    ] = False,
     continuous: Annotated[
         bool, typer.Option("--continuous", help="Keep opening epochs until interrupted.")
     ] = False,
@@ -189,7 +191,9 @@ def run(
         f"{len(result.blocked)} blocked, {len(result.failures)} failed"
     )
     for batch in result.blocked:
-        err.print(f"[yellow]blocked:[/] job {batch.job} epoch {batch.epoch}: {batch.blocked_reason}")
+        err.print(
+            f"[yellow]blocked:[/] job {batch.job} epoch {batch.epoch}: {batch.blocked_reason}"
+        )
     for failure in result.failures:
         err.print(f"[bold red]failed:[/] job {failure.job} epoch {failure.epoch}: {failure.error}")
     raise typer.Exit(result.exit_code)
@@ -200,7 +204,11 @@ def _progress_printer():
         return None
 
     def show(batch) -> None:
-        span = f"{batch.first_epoch}..{batch.epoch}" if batch.first_epoch != batch.epoch else batch.epoch
+        span = (
+            f"{batch.first_epoch}..{batch.epoch}"
+            if batch.first_epoch != batch.epoch
+            else batch.epoch
+        )
         state = "sealed" if batch.sealed else f"blocked ({batch.blocked_reason})"
         err.print(f"  {batch.job}: epoch {span} {state}, {batch.rows} rows")
 
@@ -226,7 +234,17 @@ def status(
         out.print_json(to_json(rows))
         return
     table = Table(title="tables")
-    for column in ("table", "kind", "writer", "processed", "written", "lag (epochs)", "lag (s)", "last commit", "blocked"):
+    for column in (
+        "table",
+        "kind",
+        "writer",
+        "processed",
+        "written",
+        "lag (epochs)",
+        "lag (s)",
+        "last commit",
+        "blocked",
+    ):
         table.add_column(column)
     for r in rows:
         table.add_row(
@@ -268,7 +286,8 @@ def sql(
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
     consistency: Annotated[
-        str, typer.Option("--consistency", help="read-uncommitted | read-committed | repeatable-read")
+        str,
+        typer.Option("--consistency", help="read-uncommitted | read-committed | repeatable-read"),
     ] = "repeatable-read",
     as_of_epoch: Annotated[int | None, typer.Option(help="Repeatable-read at this epoch.")] = None,
     as_of_time: Annotated[
@@ -353,7 +372,11 @@ def epochs(
         catalog.get_table(table)
         states = catalog.table_epochs(table)[-last:]
         checks = {v.epoch: v for v in catalog.validations(table)}
-        barrier = {e.id: e.barrier_ts for e in catalog.epochs(after=states[0].epoch - 1)} if states else {}
+        barrier = (
+            {e.id: e.barrier_ts for e in catalog.epochs(after=states[0].epoch - 1)}
+            if states
+            else {}
+        )
     records = [
         {
             "epoch": s.epoch,
@@ -365,7 +388,8 @@ def epochs(
             "validation": (
                 None
                 if s.epoch not in checks
-                else ("passed" if checks[s.epoch].success else "failed") + f" ({checks[s.epoch].policy})"
+                else ("passed" if checks[s.epoch].success else "failed")
+                + f" ({checks[s.epoch].policy})"
             ),
             "barrier_ts": barrier.get(s.epoch).isoformat() if barrier.get(s.epoch) else None,
             "updated_at": s.updated_at.isoformat() if s.updated_at else None,
@@ -376,10 +400,31 @@ def epochs(
         typer.echo(json.dumps(records, indent=2))
         return
     view = Table(title=f"epochs of {table}")
-    for column in ("epoch", "state", "delta_version", "rows", "attempt", "validation", "barrier_ts"):
+    for column in (
+        "epoch",
+        "state",
+        "delta_version",
+        "rows",
+        "attempt",
+        "validation",
+        "barrier_ts",
+    ):
         view.add_column(column)
     for record in records:
-        view.add_row(*(_text(record[c]) for c in ("epoch", "state", "delta_version", "rows", "attempt", "validation", "barrier_ts")))
+        view.add_row(
+            *(
+                _text(record[c])
+                for c in (
+                    "epoch",
+                    "state",
+                    "delta_version",
+                    "rows",
+                    "attempt",
+                    "validation",
+                    "barrier_ts",
+                )
+            )
+        )
     out.print(view)
 
 
@@ -418,7 +463,9 @@ def recover(
 
 @catalog_app.command("upgrade")
 @_guard
-def catalog_upgrade(warehouse: Warehouse = Path("warehouse"), catalog_url: CatalogUrl = None) -> None:
+def catalog_upgrade(
+    warehouse: Warehouse = Path("warehouse"), catalog_url: CatalogUrl = None
+) -> None:
     """Migrate the catalog database to this version's schema."""
     from catalog import SCHEMA_VERSION, SqlCatalog
 

@@ -64,7 +64,8 @@ _ESCAPED_CHARS = frozenset(
 # checked against the log's value and parsed back by Spark.
 _HIVE_TYPES = frozenset({"string", "byte", "short", "integer", "long", "boolean", "date"})
 
-_FILE_PATH_COLUMN = "__delta_barrier_file"
+FILE_PATH_COLUMN = "__delta_barrier_file"
+"""The column :func:`scan` adds with ``with_file_path``: the URI Spark read the row from."""
 
 
 def escape_path_name(value: str) -> str:
@@ -91,18 +92,26 @@ def serialize_partition_value(value: object) -> str | None:
 
 def hive_directory(partition_by: Sequence[str], values: Mapping[str, str | None]) -> str:
     """The relative directory of a partition: ``col=value/...`` (empty when unpartitioned)."""
-    return "/".join(
-        f"{escape_path_name(col)}="
-        + (_HIVE_NULL if values[col] is None else escape_path_name(values[col]))
-        for col in partition_by
-    )
+    parts = []
+    for col in partition_by:
+        value = values[col]
+        parts.append(
+            f"{escape_path_name(col)}={_HIVE_NULL if value is None else escape_path_name(value)}"
+        )
+    return "/".join(parts)
 
 
 def normalize_location(location: str) -> str:
-    """An absolute local path, or the URI unchanged when it has a scheme."""
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", location):
+    """An absolute local path (also for ``file:`` URIs), or the URI when it has another scheme."""
+    if location.startswith("file:"):
+        return os.path.normpath(unquote(urlparse(location).path))
+    if _has_scheme(location):
         return location.rstrip("/")
     return os.path.abspath(location)
+
+
+def _has_scheme(path: str) -> bool:
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path) is not None
 
 
 def open_table(location: str, *, version: int | None = None, operation: str = "read") -> DeltaTable:
@@ -174,19 +183,15 @@ def active_files(table: DeltaTable) -> list[ActiveFile]:
 
 
 def absolute_path(location: str, path: str) -> str:
-    """Where Spark finds a file of the table."""
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path):
-        return path
-    return f"{location}/{path}"
+    """Where Spark finds a file of the table (``path`` as in :class:`ActiveFile`)."""
+    return path if _has_scheme(path) else f"{location}/{path}"
 
 
-def decoded_path(path_or_uri: str) -> str:
-    """Normalise a Spark-reported file URI or a path to one comparable form."""
-    if path_or_uri.startswith("file:"):
-        return os.path.normpath(unquote(urlparse(path_or_uri).path))
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path_or_uri):
-        return unquote(path_or_uri)
-    return os.path.normpath(path_or_uri)
+def spark_file_path(uri: str) -> str:
+    """A URI Spark reports for a file (URL-encoded) in the form of :func:`absolute_path`."""
+    if uri.startswith("file:"):
+        return os.path.normpath(unquote(urlparse(uri).path))
+    return unquote(uri)
 
 
 def spark_schema(table: DeltaTable):
@@ -206,7 +211,7 @@ def scan(
 ) -> DataFrame:
     """A DataFrame over ``files`` with the table's schema (names, types, order).
 
-    With ``with_file_path`` a trailing string column ``__delta_barrier_file`` holds the
+    With ``with_file_path`` a trailing string column :data:`FILE_PATH_COLUMN` holds the
     URI Spark read each row from.
     """
     from pyspark.sql import functions as F
@@ -216,22 +221,22 @@ def scan(
     partition_by = list(table.metadata().partition_columns)
     output = [F.col(f"`{n}`") for n in names]
     if with_file_path:
-        output.append(F.col("_metadata.file_path").alias(_FILE_PATH_COLUMN))
+        output.append(F.col("_metadata.file_path").alias(FILE_PATH_COLUMN))
     if not files:
         from pyspark.sql.types import StringType, StructField, StructType
 
         fields = list(schema.fields)
         if with_file_path:
-            fields.append(StructField(_FILE_PATH_COLUMN, StringType()))
+            fields.append(StructField(FILE_PATH_COLUMN, StringType()))
         return spark.createDataFrame([], StructType(fields))
     paths = [absolute_path(location, f.path) for f in files]
     if not partition_by:
-        frame = spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(*paths)
+        frame = _read_parquet(spark, location, schema, paths, recursiveFileLookup="true")
         return frame.select(*output)
     if _follows_hive_layout(schema, partition_by, files):
         # One scan; Spark parses the partition directories and casts them to the types of
         # the given schema (no type inference: "007" stays the string "007").
-        frame = spark.read.schema(schema).option("basePath", location).parquet(*paths)
+        frame = _read_parquet(spark, location, schema, paths, basePath=location)
         return frame.select(*output)
     # Files outside the Hive layout: one scan per partition, values from the log.
     data_schema = type(schema)([f for f in schema.fields if f.name not in partition_by])
@@ -242,11 +247,23 @@ def scan(
         groups.setdefault(key, []).append(path)
     frames = []
     for key, group in groups.items():
-        frame = spark.read.schema(data_schema).option("recursiveFileLookup", "true").parquet(*group)
+        frame = _read_parquet(spark, location, data_schema, group, recursiveFileLookup="true")
         for col, value in zip(partition_by, key, strict=True):
             frame = frame.withColumn(col, F.lit(value).cast(types[col]))
         frames.append(frame.select(*output))
     return reduce(lambda a, b: a.unionAll(b), frames)
+
+
+def _read_parquet(
+    spark: SparkSession, location: str, schema, paths: Sequence[str], **options: str
+) -> DataFrame:
+    from pyspark.errors import AnalysisException
+
+    try:
+        return spark.read.schema(schema).options(**options).parquet(*paths)
+    except AnalysisException as exc:
+        # Typically a file the log lists is gone (removed by hand, or vacuumed too early).
+        raise DeltaIOError(table=location, operation="read", reason=str(exc)) from exc
 
 
 def _follows_hive_layout(schema, partition_by: Sequence[str], files: Sequence[ActiveFile]) -> bool:
@@ -254,7 +271,7 @@ def _follows_hive_layout(schema, partition_by: Sequence[str], files: Sequence[Ac
     if any(types[c] not in _HIVE_TYPES for c in partition_by):
         return False
     for file in files:
-        if "://" in file.path or file.path.startswith("file:"):
+        if _has_scheme(file.path):
             return False
         values = {c: serialize_partition_value(file.partition_values.get(c)) for c in partition_by}
         if os.path.dirname(file.path) != hive_directory(partition_by, values):
@@ -409,7 +426,7 @@ def _as_int(value: object) -> int | None:
     """Metadata values are JSON: ints, or strings when another writer stringified them."""
     if value is None or value == "":
         return None
-    return int(value)  # type: ignore[arg-type]
+    return int(str(value))
 
 
 __all__ = [

@@ -38,6 +38,7 @@ from deltalake.transaction import (
 
 from consistency.models import BEFORE_FIRST_VERSION
 from etl.delta_read import (
+    FILE_PATH_COLUMN,
     META_APP_ID,
     META_COMMIT_ID,
     META_RESTORED_TO,
@@ -45,13 +46,13 @@ from etl.delta_read import (
     absolute_path,
     active_files,
     check_supported,
-    decoded_path,
     find_commit,
     hive_directory,
     normalize_location,
     open_table,
     scan,
     serialize_partition_value,
+    spark_file_path,
     spark_schema,
 )
 from etl.errors import (
@@ -303,9 +304,10 @@ class _TaskWriter:
     file_prefix: str
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        fs, root = pafs.FileSystem.from_uri(
-            self.location if "://" in self.location else f"file://{self.location}"
-        )
+        if self.location.startswith("/"):
+            fs, root = pafs.LocalFileSystem(), self.location
+        else:
+            fs, root = pafs.FileSystem.from_uri(self.location)
         files: dict[tuple, _OpenFile] = {}
         try:
             for batch in batches:
@@ -649,14 +651,12 @@ def merge_files(
             hits = (
                 scan(spark, location, table, files, with_file_path=True)
                 .join(update_keys, on=key_list, how="left_semi")
-                .select("__delta_barrier_file")
+                .select(FILE_PATH_COLUMN)
                 .distinct()
                 .collect()
             )
-            hit_paths = {decoded_path(row[0]) for row in hits}
-            touched = [
-                f for f in files if decoded_path(absolute_path(location, f.path)) in hit_paths
-            ]
+            hit_paths = {spark_file_path(row[0]) for row in hits}
+            touched = [f for f in files if absolute_path(location, f.path) in hit_paths]
             if len(touched) != len(hit_paths):
                 raise DeltaIOError(
                     table=location,

@@ -154,19 +154,44 @@ class EpochEngine:
             for index, part in enumerate(parts):
                 final = index == len(parts) - 1
                 data = job.source.read(session, part, epoch=batch.last)
-                rows = self._transform(job, session, batch, epoch.barrier_ts, {job.source.name: data.rows})
+                rows = self._transform(
+                    job, session, batch, epoch.barrier_ts, {job.source.name: data.rows}
+                )
                 if job.rejects_table and data.rejects is not None:
                     rejected += self._write(
-                        job, job.rejects_table, data.rejects, batch, attempt, index, final,
-                        meta, lease, written, mode="append",
+                        job,
+                        job.rejects_table,
+                        data.rejects,
+                        batch,
+                        attempt,
+                        index,
+                        final,
+                        meta,
+                        lease,
+                        written,
+                        mode="append",
                     )
-                self._write(job, job.output, rows, batch, attempt, index, final, meta, lease, written, mode=job.mode)
+                self._write(
+                    job,
+                    job.output,
+                    rows,
+                    batch,
+                    attempt,
+                    index,
+                    final,
+                    meta,
+                    lease,
+                    written,
+                    mode=job.mode,
+                )
                 if not final:
                     maybe_crash("between_micro_batches", job=job.name, epoch=batch.last)
         else:
             inputs = self._read_inputs(job, batch, session)
             rows = self._transform(job, session, batch, epoch.barrier_ts, inputs)
-            self._write(job, job.output, rows, batch, attempt, 0, True, meta, lease, written, mode=job.mode)
+            self._write(
+                job, job.output, rows, batch, attempt, 0, True, meta, lease, written, mode=job.mode
+            )
 
         return self._publish(job, batch, attempt, lease, written, rejected=rejected)
 
@@ -259,12 +284,18 @@ class EpochEngine:
         maybe_crash("after_slice_recorded", job=job.name, epoch=batch.last)
         return recorded_slice.bounds
 
-    def _read_inputs(self, job: Job, batch: EpochBatch, session: SparkSession) -> dict[str, DataFrame]:
+    def _read_inputs(
+        self, job: Job, batch: EpochBatch, session: SparkSession
+    ) -> dict[str, DataFrame]:
         states = self.catalog.states_at([i.table for i in job.inputs], batch.last)
         inputs: dict[str, DataFrame] = {}
         for item in job.inputs:
             state = states.get(item.table)
-            if state is None or state.state is not EpochState.WRITTEN or state.delta_version is None:
+            if (
+                state is None
+                or state.state is not EpochState.WRITTEN
+                or state.delta_version is None
+            ):
                 raise DeltaBarrierError(
                     f"job {job.name!r} epoch {batch.last}: input {item.table!r} does not have the "
                     "epoch WRITTEN (alignment was violated; this is a bug)"
@@ -320,7 +351,9 @@ class EpochEngine:
                 else:
                     result = job.transform(ctx)
                 if not isinstance(result, DataFrame):
-                    raise TypeError(f"the transform returned {type(result).__name__}, not a DataFrame")
+                    raise TypeError(
+                        f"the transform returned {type(result).__name__}, not a DataFrame"
+                    )
             except DeltaBarrierError:
                 raise
             except Exception as exc:

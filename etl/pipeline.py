@@ -290,14 +290,14 @@ def _inputs(items: Sequence[str | Input]) -> tuple[Input, ...]:
     return tuple(Input(i) if isinstance(i, str) else i for i in items)
 
 
-_PARAMS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
-    "delta_barrier_params", default={}
+_PARAMS: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "delta_barrier_params", default=None
 )
 
 
 def param(key: str, default: str | None = None) -> str:
     """A pipeline parameter from ``--param key=value``, or ``default``."""
-    value = _PARAMS.get().get(key, default)
+    value = (_PARAMS.get() or {}).get(key, default)
     if value is None:
         raise PipelineDefinitionError(
             f"pipeline parameter {key!r} is required: pass --param {key}=VALUE"

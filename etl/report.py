@@ -47,11 +47,15 @@ def status_rows(catalog: Catalog) -> list[TableStatusRow]:
             and processed.epoch == validation.epoch
             and processed.state is EpochState.PROCESSED
         ):
-            failed = [
-                name
-                for name, result in (validation.results.get("expectations") or {}).items()
-                if isinstance(result, dict) and not result.get("success", True)
-            ] if isinstance(validation.results.get("expectations"), dict) else []
+            failed = (
+                [
+                    name
+                    for name, result in (validation.results.get("expectations") or {}).items()
+                    if isinstance(result, dict) and not result.get("success", True)
+                ]
+                if isinstance(validation.results.get("expectations"), dict)
+                else []
+            )
             blocked = f"epoch {validation.epoch} failed validation" + (
                 f": {', '.join(failed)}" if failed else ""
             )

@@ -15,9 +15,9 @@ import socket
 import threading
 import time
 import uuid
-from contextlib import contextmanager
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -124,7 +124,9 @@ class Runner:
                 )
         except LeaseHeldError as exc:
             self.release()
-            raise PipelineBusyError(pipeline=self.pipeline.name, job=exc.job, owner=exc.owner) from exc
+            raise PipelineBusyError(
+                pipeline=self.pipeline.name, job=exc.job, owner=exc.owner
+            ) from exc
 
     def release(self) -> None:
         for lease in self._leases.values():
@@ -143,7 +145,9 @@ class Runner:
             lease = self._leases.get(job.name)
             if lease is None:
                 raise DeltaBarrierError(f"runner does not hold the lease of job {job.name!r}")
-            if (lease.expires_at - _now(lease.expires_at)).total_seconds() < self.lease_ttl_seconds / 2:
+            if (
+                lease.expires_at - _now(lease.expires_at)
+            ).total_seconds() < self.lease_ttl_seconds / 2:
                 lease = self.catalog.renew_lease(lease, ttl_seconds=self.lease_ttl_seconds)
                 self._leases[job.name] = lease
             return lease
@@ -174,7 +178,9 @@ class Runner:
             inputs_written = {
                 item.table: [
                     s.epoch
-                    for s in self.catalog.table_epochs(item.table, after=done_through, up_to=latest.id)
+                    for s in self.catalog.table_epochs(
+                        item.table, after=done_through, up_to=latest.id
+                    )
                     if s.state is EpochState.WRITTEN
                 ]
                 for item in job.inputs
@@ -258,7 +264,9 @@ class Runner:
             return result
 
         running: dict[Future[BatchResult], tuple[Job, EpochBatch]] = {}
-        with ThreadPoolExecutor(max_workers=self.max_parallel_jobs, thread_name_prefix="job") as pool:
+        with ThreadPoolExecutor(
+            max_workers=self.max_parallel_jobs, thread_name_prefix="job"
+        ) as pool:
             while True:
                 if opening() and time.monotonic() >= next_epoch_at:
                     opened.append(self.open_epoch())

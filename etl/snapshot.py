@@ -87,7 +87,9 @@ class SnapshotReader:
         location = self._check(name)
         version = self.snapshot.versions[name]
         if version is None:
-            raise SqlTablesError(sql=name, problem=f"table {name!r} has no data at this snapshot yet")
+            raise SqlTablesError(
+                sql=name, problem=f"table {name!r} has no data at this snapshot yet"
+            )
         return read_table(session, location, version=version)
 
     def sql(self, query: str) -> DataFrame:

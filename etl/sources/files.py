@@ -88,7 +88,9 @@ class FileSource(Source):
             for a in self._arrivals()
             if a.mtime_ns <= barrier_ns and (after is None or (a.mtime_ns, a.name) > after)
         ]
-        watermark = [taken[-1].mtime_ns, taken[-1].name] if taken else (list(after) if after else None)
+        watermark = (
+            [taken[-1].mtime_ns, taken[-1].name] if taken else (list(after) if after else None)
+        )
         return {"files": [a.name for a in taken], "watermark": watermark}
 
     def micro_batches(self, bounds: Mapping[str, object]) -> Sequence[Mapping[str, object]]:
@@ -96,9 +98,7 @@ class FileSource(Source):
         size = self.files_per_micro_batch
         if not size or len(files) <= size:
             return (bounds,)
-        return tuple(
-            {**bounds, "files": files[i : i + size]} for i in range(0, len(files), size)
-        )
+        return tuple({**bounds, "files": files[i : i + size]} for i in range(0, len(files), size))
 
     def read(self, spark: SparkSession, bounds: Mapping[str, object], *, epoch: int) -> SliceData:
         files = [str(self.path / name) for name in bounds.get("files", [])]  # type: ignore[attr-defined]
@@ -115,7 +115,11 @@ class FileSource(Source):
             text_schema = StructType([StructField(self.column, StringType())])
             if not files:
                 return SliceData(rows=spark.createDataFrame([], text_schema))
-            frame = spark.read.options(**self.options).text(files).withColumnRenamed("value", self.column)
+            frame = (
+                spark.read.options(**self.options)
+                .text(files)
+                .withColumnRenamed("value", self.column)
+            )
             return SliceData(rows=frame)
         reader = spark.read.format(self.format).options(**self.options)
         if self.schema is not None:

@@ -123,6 +123,8 @@ KAFKA_REJECT_COLUMNS = (
 _BOUNDS_FORMAT = "kafka/1"
 _CONSUMER_DEFAULTS: Mapping[str, object] = {
     "isolation_level": "read_committed",
+    # An empty fetch waits this long; a cut waits for one on every partition with nothing new.
+    "fetch_max_wait_ms": 100,
     "max_partition_fetch_bytes": 8 * 1024 * 1024,
     "fetch_max_bytes": 64 * 1024 * 1024,
     "max_poll_records": 20_000,

@@ -18,9 +18,7 @@ from consistency import (
 
 
 def test_every_exported_error_derives_from_the_project_root():
-    errors = [
-        getattr(consistency, name) for name in consistency.__all__ if name.endswith("Error")
-    ]
+    errors = [getattr(consistency, name) for name in consistency.__all__ if name.endswith("Error")]
     assert len(errors) == 10
     for error in errors:
         assert issubclass(error, ConsistencyError)
@@ -63,7 +61,12 @@ def test_foreign_commit_says_what_to_do():
     assert "version 12 (DELETE)" in message
     assert "without Delta Barrier commit metadata" in message
     assert "manually" in message and "version 11" in message
-    assert (error.table, error.version, error.operation, error.job) == ("orders", 12, "DELETE", None)
+    assert (error.table, error.version, error.operation, error.job) == (
+        "orders",
+        12,
+        "DELETE",
+        None,
+    )
     other_job = ForeignCommitError("orders", 0, "WRITE", job="rogue")
     assert "by job 'rogue'" in str(other_job)
     assert "version -1" not in str(other_job)

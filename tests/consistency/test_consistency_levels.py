@@ -30,7 +30,9 @@ def test_parse_level_accepts_forgiving_spellings(text, level):
     assert parse_level(text) is level
 
 
-@pytest.mark.parametrize("text", ["serializable", "", "read", "r-r", "readcommitted", "RRR", 3, None])
+@pytest.mark.parametrize(
+    "text", ["serializable", "", "read", "r-r", "readcommitted", "RRR", 3, None]
+)
 def test_parse_level_rejects_unknown_names_listing_valid_ones(text):
     with pytest.raises(UnknownLevelError) as info:
         parse_level(text)

@@ -57,7 +57,9 @@ class MemoryHistory:
         found = {}
         for table in tables:
             written = self._written.get(table, [])
-            index = bisect_right(written, at_or_before) if at_or_before is not None else len(written)
+            index = (
+                bisect_right(written, at_or_before) if at_or_before is not None else len(written)
+            )
             if index:
                 found[table] = self.rows[table][written[index - 1]]
         return found
@@ -80,7 +82,9 @@ class MemoryHistory:
         return set(self._written.get(table, []))
 
     def max_version(self, table: str) -> int | None:
-        versions = [r.delta_version for r in self.rows[table].values() if r.delta_version is not None]
+        versions = [
+            r.delta_version for r in self.rows[table].values() if r.delta_version is not None
+        ]
         return max(versions, default=None)
 
 
@@ -308,7 +312,7 @@ def resolve_or_none(*args, **kwargs) -> Snapshot | None:
         return None
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(histories())
 def test_repeatable_read_is_the_newest_common_written_epoch(case):
     history, tables = case
@@ -327,7 +331,7 @@ def test_repeatable_read_is_the_newest_common_written_epoch(case):
         assert snap.versions[table] == row.delta_version
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(histories(), st.data())
 def test_levels_are_ordered_per_table_rr_rc_ru(case, data):
     history, tables = case
@@ -348,7 +352,7 @@ def test_levels_are_ordered_per_table_rr_rc_ru(case, data):
             assert ru.versions[table] >= rc.versions[table]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(histories(), st.integers(0, 35), st.integers(0, 35))
 def test_as_of_time_is_monotone_and_never_after_the_time(case, a, b):
     history, tables = case

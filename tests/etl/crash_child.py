@@ -16,7 +16,8 @@ from tests.etl.wordcount_env import make_chain  # noqa: E402
 
 def main(root: str) -> int:
     spark = build_spark(
-        app_name="crash-child", conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
+        app_name="crash-child",
+        conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
     )
     chain = make_chain(Path(root), spark, files_per_micro_batch=1)
     chain.runner.lease_ttl_seconds = 1.0

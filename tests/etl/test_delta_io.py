@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from etl.delta import (
     table_version,
     write_files,
 )
+from etl.delta_read import spark_file_path
 from etl.delta_write import _string_upper_bound
 from etl.errors import (
     CommitConflictError,
@@ -52,7 +53,7 @@ from etl.errors import (
 
 pytestmark = pytest.mark.spark
 
-UTC = timezone.utc
+
 SCHEMA = (
     "id long, name string, amount double, ts timestamp, day date, flag boolean, "
     "price decimal(12,3), tags array<string>, _epoch long"
@@ -261,8 +262,8 @@ def test_merge_rewrites_only_files_holding_updated_keys(spark, tmp_path):
     )
     # Exactly the files holding keys 2 and 7 are replaced.
     assert {str(tmp_path / p) for p in removed} == {
-        file_of[2].removeprefix("file://").replace("%20", " "),
-        file_of[7].removeprefix("file://").replace("%20", " "),
+        spark_file_path(file_of[2]),
+        spark_file_path(file_of[7]),
     }
     assert len(set(removed)) == len(removed) == 2
     version = _commit(tmp_path, updates, adds, 2, partition_by=["name"], removes=removed)
@@ -322,7 +323,9 @@ def test_restore_and_log_commits_for_recovery(spark, tmp_path):
     meta1 = {META_EPOCH: 1, META_FIRST_EPOCH: 1, META_JOB: "j", META_ATTEMPT: 1, META_FINAL: True}
     _append(spark, tmp_path, [_row(i, 1) for i in range(3)], 1, meta=meta1)
     meta2 = {META_EPOCH: 2, META_FIRST_EPOCH: 2, META_JOB: "j", META_ATTEMPT: 1, META_BATCH: 0}
-    _append(spark, tmp_path, [_row(i, 2) for i in range(3, 5)], 2, meta={**meta2, META_FINAL: False})
+    _append(
+        spark, tmp_path, [_row(i, 2) for i in range(3, 5)], 2, meta={**meta2, META_FINAL: False}
+    )
 
     restored = restore_table(location, to_version=0, metadata={META_ROLLBACK_OF: "2"})
 
@@ -397,7 +400,9 @@ def test_tables_with_unsupported_features_are_refused(spark, tmp_path):
             assert any(f.startswith(feature) for f in err.value.features)
     # The timestampNtz reader feature is supported.
     ntz = tmp_path / "ntz"
-    write_deltalake(str(ntz), pa.table({"t": pa.array([datetime(2024, 1, 1, 5)], pa.timestamp("us"))}))
+    write_deltalake(
+        str(ntz), pa.table({"t": pa.array([datetime(2024, 1, 1, 5)], pa.timestamp("us"))})
+    )
     assert DeltaTable(str(ntz)).protocol().reader_features == ["timestampNtz"]
     assert read_table(spark, str(ntz)).collect()[0].t == datetime(2024, 1, 1, 5)
     assert df.count() == 1
@@ -416,7 +421,9 @@ def test_empty_versions_and_missing_tables(spark, tmp_path):
     assert [(f.name, f.dataType) for f in empty.schema.fields] == [
         (f.name, f.dataType) for f in df.schema.fields
     ]
-    assert read_epochs(spark, str(tmp_path / "t"), version=0, first_epoch=1, last_epoch=9).count() == 0
+    assert (
+        read_epochs(spark, str(tmp_path / "t"), version=0, first_epoch=1, last_epoch=9).count() == 0
+    )
     assert read_arrow(str(tmp_path / "t")).num_rows == 0
     with pytest.raises(DeltaIOError):
         read_table(spark, str(tmp_path / "t"), version=5)
@@ -437,6 +444,23 @@ def test_files_outside_the_hive_layout_take_partition_values_from_the_log(spark,
     back = read_table(spark, str(tmp_path))
     assert back.schema.simpleString() == "struct<id:bigint,p:int,v:string>"
     assert sorted(tuple(r) for r in back.collect()) == sorted(rows)
+
+    # A merge finds the files that hold its keys there too.
+    updates = spark.createDataFrame([(1, 1, "new")], "id long, p int, v string")
+    adds, removed = merge_files(
+        spark,
+        str(tmp_path),
+        version=0,
+        updates=updates,
+        keys=["id"],
+        partition_by=["p"],
+        file_prefix="h2",
+    )
+    (holder,) = [f.path for f in moved if f.partition_values == {"p": "1"}]
+    assert removed == [holder]
+    _commit(tmp_path, df, adds, 2, partition_by=["p"], removes=removed)
+    expected = sorted([r for r in rows if r[0] != 1] + [(1, 1, "new")])
+    assert sorted(tuple(r) for r in read_table(spark, str(tmp_path)).collect()) == expected
 
 
 def test_write_options_are_checked(spark, tmp_path):

@@ -53,7 +53,9 @@ def reference(tmp_path_factory, spark):
         ("after_slice_recorded@ingest_words:2", None),
     ],
 )
-def test_crash_then_recover_matches_a_run_without_crash(tmp_path, spark, reference, fault, rolled_back):
+def test_crash_then_recover_matches_a_run_without_crash(
+    tmp_path, spark, reference, fault, rolled_back
+):
     chain = make_chain(tmp_path, spark, files_per_micro_batch=1)
     for name, words in FIRST:
         chain.drop(name, words)
@@ -63,7 +65,11 @@ def test_crash_then_recover_matches_a_run_without_crash(tmp_path, spark, referen
 
     env = {**os.environ, FAULT_ENV: fault}
     child = subprocess.run(
-        [sys.executable, str(CHILD), str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, str(CHILD), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert child.returncode == FAULT_EXIT_CODE, child.stderr[-3000:]
 

@@ -35,11 +35,17 @@ class WordCountChain:
 
     def read(self, level: str = "repeatable-read", **kwargs):
         return snapshot(
-            self.catalog, ["words", "word_counts", "cnt_counts"], level, spark=self.runner.spark, **kwargs
+            self.catalog,
+            ["words", "word_counts", "cnt_counts"],
+            level,
+            spark=self.runner.spark,
+            **kwargs,
         )
 
 
-def make_chain(root: Path, spark, *, files_per_micro_batch: int | None = None, catalog_url: str | None = None) -> WordCountChain:
+def make_chain(
+    root: Path, spark, *, files_per_micro_batch: int | None = None, catalog_url: str | None = None
+) -> WordCountChain:
     incoming = root / "incoming"
     incoming.mkdir(parents=True, exist_ok=True)
     warehouse = root / "warehouse"

@@ -1,0 +1,219 @@
+"""Jobs on the engine: write modes, input read modes, SQL and Python transforms,
+micro-batches, and the errors a broken job gets."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from catalog import EpochState, load_catalog
+from etl import (
+    FileSource,
+    Input,
+    OutputSchemaError,
+    Pipeline,
+    PipelineDefinitionError,
+    Runner,
+    TransformError,
+    snapshot,
+)
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "id INT, customer STRING, amount DOUBLE"
+
+
+class Env:
+    def __init__(self, root: Path, spark, pipeline: Pipeline):
+        self.incoming = root / "incoming"
+        self.catalog = load_catalog(None, warehouse=root / "warehouse")
+        self.runner = Runner(pipeline, catalog=self.catalog, warehouse=str(root / "warehouse"), spark=spark)
+        self.spark = spark
+        self._n = 0
+
+    def drop(self, rows: list[dict]) -> None:
+        self._n += 1
+        hidden = self.incoming / f".batch{self._n}"
+        hidden.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.replace(hidden, self.incoming / f"batch{self._n:04d}.json")
+
+    def rows(self, table: str, *columns: str, level: str = "read-committed") -> list[tuple]:
+        reader = snapshot(self.catalog, [table], level, spark=self.spark)
+        return sorted(tuple(r) for r in reader.table(table).select(*columns).collect())
+
+
+def orders_pipeline(incoming: Path, **ingest) -> Pipeline:
+    incoming.mkdir(parents=True, exist_ok=True)
+    pipeline = Pipeline("shop")
+    pipeline.ingest(
+        "ingest_orders",
+        source=FileSource("order_files", path=incoming, format="json", schema=SCHEMA, **ingest),
+        output="orders",
+    )
+    return pipeline
+
+
+def test_append_merge_and_overwrite_modes(tmp_path, spark):
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    pipeline.sql(
+        "big_orders",
+        output="big",
+        query="SELECT id, customer, amount FROM orders WHERE amount >= 10",
+        inputs=["orders"],
+    )
+
+    @pipeline.job("totals", output="totals", inputs=["orders"], mode="merge", keys=["customer"])
+    def totals(ctx):
+        new = ctx["orders"].groupBy("customer").agg(F.sum("amount").alias("add"))
+        if ctx.previous is None:
+            return new.withColumnRenamed("add", "total")
+        return new.join(ctx.previous, "customer", "left").select(
+            "customer", (F.coalesce("total", F.lit(0.0)) + F.col("add")).alias("total")
+        )
+
+    pipeline.sql(
+        "ranking",
+        output="ranking",
+        query="SELECT customer, total, rank() OVER (ORDER BY total DESC) AS pos FROM totals",
+        inputs=["totals"],
+        mode="overwrite",
+    )
+    env = Env(tmp_path, spark, pipeline)
+    env.drop([{"id": 1, "customer": "ann", "amount": 5.0}, {"id": 2, "customer": "bob", "amount": 20.0}])
+    assert env.runner.run_once().ok
+    env.drop([{"id": 3, "customer": "ann", "amount": 30.0}])
+    assert env.runner.run_once().ok
+
+    assert env.rows("orders", "id", "_epoch") == [(1, 1), (2, 1), (3, 2)]
+    assert env.rows("big", "id", "_epoch") == [(2, 1), (3, 2)]
+    assert env.rows("totals", "customer", "total", "_epoch") == [("ann", 35.0, 2), ("bob", 20.0, 1)]
+    assert env.rows("ranking", "customer", "pos") == [("ann", 1), ("bob", 2)]
+    # Overwrite recomputes: only the latest epoch's rows remain.
+    assert {r[0] for r in env.rows("ranking", "_epoch")} == {2}
+
+
+def test_snapshot_input_and_epoch_context(tmp_path, spark):
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    seen = []
+
+    @pipeline.job("running", output="running", inputs=[Input("orders", read="snapshot")])
+    def running(ctx):
+        seen.append((ctx.epoch, ctx.first_epoch, ctx.barrier_ts is not None))
+        return ctx["orders"].agg(F.count(F.lit(1)).alias("orders_so_far"))
+
+    env = Env(tmp_path, spark, pipeline)
+    env.drop([{"id": 1, "customer": "a", "amount": 1.0}])
+    assert env.runner.run_once().ok
+    env.drop([{"id": 2, "customer": "b", "amount": 1.0}, {"id": 3, "customer": "c", "amount": 1.0}])
+    assert env.runner.run_once().ok
+    assert env.rows("running", "_epoch", "orders_so_far") == [(1, 1), (2, 3)]
+    assert seen == [(1, 1, True), (2, 2, True)]
+
+
+def test_micro_batches_commit_processed_before_the_epoch_is_sealed(tmp_path, spark):
+    pipeline = orders_pipeline(tmp_path / "incoming", files_per_micro_batch=1)
+    env = Env(tmp_path, spark, pipeline)
+    for i in range(3):
+        env.drop([{"id": i, "customer": "x", "amount": 1.0}])
+    result = env.runner.run_once()
+    assert result.ok
+    (batch,) = result.batches
+    history = env.catalog.history("orders", epoch=1)
+    assert [h.state for h in history] == [EpochState.PROCESSED] * 3 + [EpochState.WRITTEN]
+    assert batch.rows == 3 and env.rows("orders", "id") == [(0,), (1,), (2,)]
+
+
+def test_transform_errors_name_the_job_and_epoch(tmp_path, spark):
+    pipeline = orders_pipeline(tmp_path / "incoming")
+
+    @pipeline.job("broken", output="broken", inputs=["orders"])
+    def broken(ctx):
+        raise ValueError("boom")
+
+    env = Env(tmp_path, spark, pipeline)
+    env.drop([{"id": 1, "customer": "a", "amount": 1.0}])
+    result = env.runner.run_once()
+    assert result.exit_code == 1
+    (failure,) = result.failures
+    assert failure.job == "broken" and failure.epoch == 1
+    assert isinstance(failure.exception, TransformError)
+    assert "job 'broken'" in failure.error and "epoch 1" in failure.error and "boom" in failure.error
+    # The root job still sealed its epoch: a failing consumer holds nobody back upstream.
+    assert env.catalog.table_epoch("orders", 1).state is EpochState.WRITTEN
+
+
+@pytest.mark.parametrize(
+    ("query", "problem"),
+    [
+        ("SELECT id, 7 AS _epoch FROM orders", "_epoch"),
+        ("SELECT id FROM orders", "lacks key"),
+    ],
+)
+def test_bad_output_columns_are_refused(tmp_path, spark, query, problem):
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    pipeline.sql("bad", output="bad", query=query, inputs=["orders"], mode="merge", keys=["customer"])
+    env = Env(tmp_path, spark, pipeline)
+    env.drop([{"id": 1, "customer": "a", "amount": 1.0}])
+    (failure,) = env.runner.run_once().failures
+    assert isinstance(failure.exception, OutputSchemaError)
+    assert problem in failure.error and "job 'bad'" in failure.error
+
+
+def test_changed_output_schema_is_refused_with_both_schemas(tmp_path, spark):
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    state = {"extra": False}
+
+    @pipeline.job("shape", output="shape", inputs=["orders"])
+    def shape(ctx):
+        frame = ctx["orders"].select("id")
+        return frame.withColumn("note", F.lit("x")) if state["extra"] else frame
+
+    env = Env(tmp_path, spark, pipeline)
+    env.drop([{"id": 1, "customer": "a", "amount": 1.0}])
+    assert env.runner.run_once().ok
+    state["extra"] = True
+    env.drop([{"id": 2, "customer": "a", "amount": 1.0}])
+    (failure,) = env.runner.run_once().failures
+    assert isinstance(failure.exception, OutputSchemaError)
+    assert "note" in failure.error and failure.epoch == 2
+    assert env.catalog.table_epoch("shape", 2) is None
+
+
+def test_pipeline_definition_errors():
+    with pytest.raises(PipelineDefinitionError, match="merge mode needs keys"):
+        Pipeline("p").sql("j", output="t", query="SELECT 1", inputs=["a"], mode="merge")
+    with pytest.raises(PipelineDefinitionError, match="unknown write mode"):
+        Pipeline("p").sql("j", output="t", query="SELECT 1", inputs=["a"], mode="upsert")  # type: ignore[arg-type]
+    with pytest.raises(PipelineDefinitionError, match="either one source or at least one input"):
+        Pipeline("p").sql("j", output="t", query="SELECT 1", inputs=[])
+
+
+@pytest.mark.slow
+def test_a_slow_job_does_not_hold_back_upstream_epochs(tmp_path, spark):
+    pipeline = orders_pipeline(tmp_path / "incoming")
+
+    @pipeline.job("slow", output="slow", inputs=["orders"])
+    def slow(ctx):
+        time.sleep(3.0)
+        return ctx["orders"].select("id")
+
+    env = Env(tmp_path, spark, pipeline)
+    stop = threading.Event()
+    sealed_while_slow: list[int] = []
+
+    def watch(batch):
+        if batch.job == "ingest_orders" and env.catalog.latest_written(["slow"]).get("slow") is None:
+            sealed_while_slow.append(batch.epoch)
+
+    env.runner.on_batch = watch
+    env.drop([{"id": 1, "customer": "a", "amount": 1.0}])
+    result = env.runner.run_continuous(epoch_interval=0.5, stop=stop, max_epochs=4)
+    assert result.ok
+    assert len(sealed_while_slow) >= 2, sealed_while_slow
+    assert env.catalog.latest_written(["slow"])["slow"].epoch == 4
