@@ -65,9 +65,7 @@ def _produce(bootstrap: str, topic: str, records: int) -> float:
     start = time.perf_counter()
     context = multiprocessing.get_context("spawn")
     with context.Pool(processes) as pool:
-        pool.starmap(
-            _produce_share, [(bootstrap, topic, share, per_partition) for share in shares]
-        )
+        pool.starmap(_produce_share, [(bootstrap, topic, share, per_partition) for share in shares])
     return time.perf_counter() - start
 
 

@@ -17,7 +17,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -435,10 +435,11 @@ class SqlCatalog(Catalog):
                         )
                     yield conn
 
-    def _write(self) -> Any:
+    def _write(self) -> AbstractContextManager[sa.Connection]:
+        """A write transaction, serialized with every other writer of the catalog."""
         return self._connect(write=True)
 
-    def _read(self) -> Any:
+    def _read(self) -> AbstractContextManager[sa.Connection]:
         return self._connect(write=False)
 
     def _now(self, conn: sa.Connection) -> datetime:
@@ -1250,19 +1251,10 @@ class SqlCatalog(Catalog):
 
     @staticmethod
     def _table_epoch(row: Any) -> TableEpoch:
-        return TableEpoch(
-            table=row.table_name,
-            epoch=row.epoch,
-            state=EpochState(row.state),
-            delta_version=row.delta_version,
-            job=row.job,
-            attempt=row.attempt,
-            generation=row.generation,
-            coalesced_into=row.coalesced_into,
-            rows=row.rows,
-            reason=row.reason,
-            updated_at=row.updated_at,
-        )
+        # On every snapshot's path: the table's columns are in TableEpoch's field order,
+        # and positional unpacking is several times faster than named row access.
+        table, epoch, state, *rest = row
+        return TableEpoch(table, epoch, EpochState(state), *rest)
 
     def table_epoch(self, table: str, epoch: int) -> TableEpoch | None:
         with self._read() as conn:
@@ -1412,7 +1404,7 @@ class SqlCatalog(Catalog):
         tables: Iterable[str],
         *,
         at_or_before: int | None = None,
-    ) -> list[Any]:
+    ) -> Sequence[sa.Row[Any]]:
         names = list(dict.fromkeys(tables))
         if not names:
             return []

@@ -304,7 +304,7 @@ def read_epochs(
     location = normalize_location(location)
     table = open_table(location, version=version)
     check_supported(table, location)
-    if EPOCH_COLUMN not in table.schema().to_arrow().names:
+    if EPOCH_COLUMN not in [field.name for field in table.schema().fields]:
         raise DeltaIOError(
             table=location,
             operation="read_epochs",
@@ -393,9 +393,11 @@ def log_commits(location: str, *, after_version: int | None = None) -> list[LogC
 
     Epoch, job and attempt come from Delta Barrier's commit metadata (None for commits
     other writers made). ``restored_to`` is the version a RESTORE restored, or
-    ``BEFORE_FIRST_VERSION`` for a rollback that emptied the table.
+    ``BEFORE_FIRST_VERSION`` for a rollback that emptied the table. No table yet: no commits.
     """
     location = normalize_location(location)
+    if not DeltaTable.is_deltatable(location):
+        return []
     table = open_table(location, operation="log_commits")
     commits = [
         _log_commit(entry)

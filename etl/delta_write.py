@@ -359,7 +359,13 @@ def write_files(
 
     Returns the descriptors of the files, not yet committed (see :func:`commit_files`).
     Each task writes one file per partition it holds, named
-    ``part-<file_prefix>-<uuid>.parquet``. No data row reaches the driver.
+    ``part-<file_prefix>-<uuid>.parquet`` under Hive-style ``col=value/`` directories;
+    partition columns are not stored in the files. Timestamps are written as microseconds.
+    Each descriptor carries the file's Delta statistics (numRecords, and minValues,
+    maxValues, nullCount of top-level primitive columns). No data row reaches the driver.
+
+    Partition columns must be strings, integers, booleans or dates; an empty string
+    partition value is stored as null (Delta protocol, "Partition Value Serialization").
     """
     location = normalize_location(location)
     partition_by = tuple(partition_by)

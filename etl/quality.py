@@ -21,14 +21,15 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from functools import reduce
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from catalog.errors import DeltaBarrierError
+from catalog.models import validate_name
 
 if TYPE_CHECKING:
     from great_expectations.core.batch_definition import BatchDefinition
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
         ExpectationValidationResult,
     )
     from great_expectations.expectations import Expectation
+    from great_expectations.expectations.expectation import ColumnMapExpectation
+    from great_expectations.expectations.expectation_configuration import (
+        ExpectationConfiguration,
+    )
 
 __all__ = [
     "FAILED_EXPECTATIONS_COLUMN",
@@ -203,16 +208,17 @@ class _Check:
 
     def unexpected(self) -> Column:
         """The rows GX counts unexpected, as a null-free Spark predicate."""
-        rule = _ROW_RULES[self.expectation.expectation_type]
-        column = F.col(self.expectation.column)
-        expected = rule.expected(column, self.expectation)
+        expectation = cast("ColumnMapExpectation", self.expectation)
+        rule = _ROW_RULES[expectation.expectation_type]
+        column = F.col(expectation.column)
+        expected = rule.expected(column, expectation)
         condition = column.isNotNull() & ~expected if rule.skips_nulls else ~expected
         # GX counts `when(condition, 1)`: a null condition is not unexpected.
         return F.coalesce(condition, F.lit(False))
 
 
 def _describe(expectation: Expectation) -> tuple[str, dict[str, Any]]:
-    kwargs = expectation.configuration.to_json_dict()["kwargs"]
+    kwargs = cast("dict[str, Any]", expectation.configuration.to_json_dict()["kwargs"])
     kwargs.pop("batch_id", None)
     arguments = ", ".join(
         f"{key}={json.dumps(kwargs[key], sort_keys=True)}" for key in sorted(kwargs)
@@ -241,24 +247,34 @@ class QualityGate:
 
     Under ``quarantine`` every row-level expectation must be one GX evaluates per row and
     :func:`quarantine_supported_types` lists, without ``mostly`` or ``row_condition``;
-    anything else is refused here, not at run time.
+    anything else is refused here, not at run time. Failing rows go to ``quarantine``
+    (default ``<table>_quarantine``).
     """
 
     table: str
     expectations: Sequence[Expectation]
+    _: KW_ONLY
     policy: Policy = "block"
+    quarantine: str | None = None
     _checks: tuple[_Check, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         from great_expectations.expectations import Expectation
 
-        if not isinstance(self.table, str) or not self.table:
-            raise GateDefinitionError(str(self.table), "the table name must be a non-empty string")
+        validate_name(self.table, kind="table")
         if self.policy not in POLICIES:
             raise GateDefinitionError(
                 self.table,
                 f"unknown policy {self.policy!r}; valid policies are {', '.join(POLICIES)}",
             )
+        if self.quarantine is not None:
+            if self.policy != "quarantine":
+                raise GateDefinitionError(
+                    self.table,
+                    f"names quarantine table {self.quarantine!r} but its policy is "
+                    f"{self.policy!r}; set policy='quarantine' or drop `quarantine`",
+                )
+            validate_name(self.quarantine, kind="table")
         if isinstance(self.expectations, Expectation) or not self.expectations:
             raise GateDefinitionError(
                 self.table, "a gate needs a non-empty sequence of GX expectations"
@@ -286,8 +302,16 @@ class QualityGate:
         object.__setattr__(self, "expectations", tuple(c.expectation for c in checks))
         object.__setattr__(self, "_checks", tuple(checks))
 
+    @property
+    def quarantine_table(self) -> str | None:
+        """The table failing rows go to: None unless the policy is ``quarantine``."""
+        if self.policy != "quarantine":
+            return None
+        return self.quarantine or f"{self.table}_quarantine"
+
     def _require_splittable(self, check: _Check) -> None:
-        expectation = check.expectation
+        # Every type with a row rule is a ColumnMapExpectation.
+        expectation = cast("ColumnMapExpectation", check.expectation)
         if expectation.expectation_type not in _ROW_RULES:
             raise GateDefinitionError(
                 self.table,
@@ -336,9 +360,26 @@ class GateOutcome:
     quarantined: DataFrame | None = None
     quarantined_count: int | None = None
 
-    def results_json(self) -> str:
-        """``results`` as compact JSON, for a catalog TEXT column."""
-        return json.dumps(list(self.results), sort_keys=True, separators=(",", ":"))
+    @property
+    def blocked_reason(self) -> str | None:
+        """Why the epoch may not be sealed, for operators; None when it may."""
+        if not self.blocking:
+            return None
+        return (
+            f"quality gate ({self.policy}) of table {self.table!r} epoch {self.epoch}: "
+            f"{len(self.blocking)} expectation(s) failed: {'; '.join(self.blocking)}"
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """Everything but the DataFrames, JSON-serialisable: what the catalog keeps."""
+        return {
+            "policy": self.policy,
+            "success": self.success,
+            "failed_expectations": list(self.failed_expectations),
+            "blocking": list(self.blocking),
+            "quarantined_count": self.quarantined_count,
+            "expectations": [dict(result) for result in self.results],
+        }
 
 
 _GX_LOCK = threading.Lock()
@@ -393,19 +434,20 @@ def _validate(gate: QualityGate, rows: DataFrame, epoch: int) -> list[Expectatio
         batch = _batch_definition().get_batch(batch_parameters={"dataframe": rows})
         try:
             suite_result = batch.validate(suite, result_format=_RESULT_FORMAT)
-        except DeltaBarrierError:
-            raise
         except Exception as exc:
             raise QualityError(
                 gate.table, f"Great Expectations failed to validate epoch {epoch}: {exc}"
             ) from exc
     # GX reorders results; the meta index ties each one back to its expectation.
-    by_index = {r.expectation_config.meta[_GATE_INDEX_META]: r for r in suite_result.results}
+    by_index = {
+        cast("ExpectationConfiguration", r.expectation_config).meta[_GATE_INDEX_META]: r
+        for r in suite_result.results
+    }
     return [by_index[c.index] for c in gate._checks]
 
 
 def _summary(check: _Check, result: ExpectationValidationResult) -> dict[str, Any]:
-    found = result.to_json_dict().get("result") or {}
+    found = cast("dict[str, Any]", result.to_json_dict().get("result") or {})
     summary: dict[str, Any] = {
         "expectation": check.label,
         "type": check.expectation.expectation_type,

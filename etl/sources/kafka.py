@@ -418,7 +418,7 @@ class KafkaSource(Source):
     def _partitions(self, consumer: KafkaConsumer) -> list[TopicPartition]:
         from kafka import TopicPartition
 
-        found = []
+        found: list[TopicPartition] = []
         for topic in self.topics:
             ids = consumer.partitions_for_topic(topic)
             if not ids:
@@ -448,8 +448,9 @@ class KafkaSource(Source):
         consumer = self._consumer()
         try:
             partitions = self._partitions(consumer)
-            current = {(tp.topic, tp.partition) for tp in partitions}
-            for topic, partition in sorted(set(previous_ends) - current):
+            vanished = sorted(set(previous_ends) - {(tp.topic, tp.partition) for tp in partitions})
+            if vanished:
+                topic, partition = vanished[0]
                 raise KafkaTopicError(
                     source=self.name,
                     topic=topic,
@@ -526,7 +527,7 @@ class KafkaSource(Source):
             consumer.seek(tp, low)
         read_committed = self._consumer_config()["isolation_level"] == "read_committed"
         pending = set(plan)
-        deadline = time.monotonic() + self.timeout.total_seconds()
+        patience = self.timeout.total_seconds()
         while pending:
             try:
                 polled = consumer.poll(timeout_ms=_POLL_MS)
@@ -566,7 +567,7 @@ class KafkaSource(Source):
                     scan.end = position
                     pending.discard(tp)
                     consumer.pause(tp)
-                elif now > deadline:
+                elif now - scan.last_progress > patience:
                     raise KafkaReadError(
                         source=self.name,
                         topic=tp.topic,
@@ -915,7 +916,7 @@ def _converter(data_type: DataType, path: str) -> Callable[[object], object]:
         def to_list(value: object) -> object:
             if type(value) is not list:
                 raise fail("an array", value)
-            out = []
+            out: list[object] = []
             for item in value:
                 if item is None:
                     if not nulls:
@@ -935,7 +936,7 @@ def _converter(data_type: DataType, path: str) -> Callable[[object], object]:
         def to_map(value: object) -> object:
             if type(value) is not dict:
                 raise fail("an object", value)
-            out = []
+            out: list[tuple[str, object]] = []
             for key, item in value.items():
                 if item is None:
                     if not nulls:
@@ -948,32 +949,35 @@ def _converter(data_type: DataType, path: str) -> Callable[[object], object]:
         return to_map
     if isinstance(data_type, T.StructType):
         members = _struct_members(data_type, f"{path}.")
+        names = [m[0] for m in members]
 
         def to_struct(value: object) -> object:
             if type(value) is not dict:
                 raise fail("an object", value)
-            return dict(zip([m[0] for m in members], _decode_members(members, value), strict=True))
+            return dict(zip(names, _decode_members(members, value), strict=True))
 
         return to_struct
     raise _Unsupported(path, data_type)
 
 
-_Member = tuple[str, Callable[[object], object], bool]
+_Member = tuple[str, Callable[[object], object], bool, str]
+"""A struct field: name, value converter, NOT NULL, path (for messages)."""
 
 
 def _struct_members(struct: StructType, prefix: str) -> list[_Member]:
     return [
-        (f.name, _converter(f.dataType, prefix + f.name), not f.nullable) for f in struct.fields
+        (f.name, _converter(f.dataType, prefix + f.name), not f.nullable, prefix + f.name)
+        for f in struct.fields
     ]
 
 
 def _decode_members(members: Sequence[_Member], obj: dict[str, object]) -> list[object]:
     out: list[object] = []
-    for name, convert, required in members:
+    for name, convert, required, path in members:
         value = obj.get(name)
         if value is None:
             if required:
-                raise _Invalid(f"{name}: required (NOT NULL) but missing or null")
+                raise _Invalid(f"{path}: required (NOT NULL) but missing or null")
             out.append(None)
         else:
             out.append(convert(value))

@@ -16,7 +16,9 @@ def test_epochs_start_at_one_and_strictly_increase(catalog):
     before = datetime.now(UTC) - timedelta(seconds=5)
     epochs = [catalog.open_epoch() for _ in range(5)]
     assert [e.id for e in epochs] == [1, 2, 3, 4, 5]
-    assert all(e.barrier_ts.tzinfo is not None and e.barrier_ts.utcoffset() == timedelta(0) for e in epochs)
+    assert all(
+        e.barrier_ts.tzinfo is not None and e.barrier_ts.utcoffset() == timedelta(0) for e in epochs
+    )
     assert all(a.barrier_ts <= b.barrier_ts for a, b in zip(epochs, epochs[1:], strict=False))
     assert before <= epochs[0].barrier_ts <= datetime.now(UTC) + timedelta(seconds=5)
     assert catalog.latest_epoch() == epochs[-1]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from datetime import UTC, datetime
 
 import pytest
 
-from catalog import EpochState, load_catalog
+from catalog import EpochState, TableEpoch, load_catalog
 from catalog.sql import epochs_table, table_epochs_table, tables_table
 
 TABLES = 10
@@ -116,3 +117,9 @@ def test_latest_lookups_never_scan_the_history(catalog_url):
 def test_latest_lookups_of_unknown_tables_are_empty(catalog, missing):
     assert catalog.latest_written(missing) == {}
     assert catalog.latest_processed(missing) == {}
+
+
+def test_epoch_state_rows_are_in_table_epoch_field_order():
+    # SqlCatalog builds TableEpoch values positionally from table_epochs rows.
+    columns = [column.name for column in table_epochs_table.columns]
+    assert columns == ["table_name", *[field.name for field in fields(TableEpoch)][1:]]

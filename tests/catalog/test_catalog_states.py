@@ -341,7 +341,10 @@ def test_validations_are_kept_per_epoch_and_replaced_on_rerun(chain):
     catalog.record_validation(ValidationRecord("raw", e1, True, "block", {"failed": []}))
     catalog.record_validation(ValidationRecord("raw", e2, False, "warn", {"n": 1}))
     records = catalog.validations("raw")
-    assert [(r.epoch, r.success, r.policy) for r in records] == [(e1, True, "block"), (e2, False, "warn")]
+    assert [(r.epoch, r.success, r.policy) for r in records] == [
+        (e1, True, "block"),
+        (e2, False, "warn"),
+    ]
     assert records[0].results == {"failed": []} and records[0].recorded_at is not None
     assert [r.epoch for r in catalog.validations("raw", epoch=e2)] == [e2]
     assert catalog.validations("counts") == []

@@ -410,6 +410,7 @@ def test_tables_with_unsupported_features_are_refused(spark, tmp_path):
 
 def test_empty_versions_and_missing_tables(spark, tmp_path):
     assert table_version(str(tmp_path / "nothing")) is None
+    assert log_commits(str(tmp_path / "nothing"), after_version=None) == []
     with pytest.raises(DeltaIOError):
         read_table(spark, str(tmp_path / "nothing"))
     df = spark.createDataFrame([], SCHEMA)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 
@@ -180,6 +181,39 @@ def test_every_offset_is_a_row_or_a_reject(spark, kafka_bootstrap, kafka_topic, 
     assert "id: required" in rejects[5]["detail"]
 
 
+def test_nested_types_are_decoded_and_checked(spark, kafka_bootstrap, kafka_topic, kafka_produce):
+    topic = kafka_topic(1)
+    values = [
+        {"id": 1, "s": {"a": 1, "b": ["2024-01-02", None]}, "m": {"x": 1.5, "y": None},
+         "bin": "aGVsbG8=", "f": 1.5, "t": "2024-01-01T10:00:00"},
+        {"id": 2, "s": {"b": []}},
+        {"id": 3, "bin": "not base64!"},
+        {"id": 4, "f": 1e39},
+        {"id": 5, "t": "2024-01-01T10:00:00+01:00"},
+        {"id": 6, "m": {"x": "12345.6"}},
+        {"id": 7, "s": None, "m": None},
+    ]  # fmt: skip
+    kafka_produce(topic, [json.dumps(v).encode() for v in values])
+    schema = (
+        "id int not null, s struct<a: int not null, b: array<date>>, "
+        "m map<string, decimal(5,1)>, bin binary, f float, t timestamp_ntz"
+    )
+    source = _source(kafka_bootstrap, [topic], schema=schema)
+    data = source.read(spark, _cut(source), epoch=1)
+
+    rows = sorted(data.rows.collect())
+    assert [r["id"] for r in rows] == [1, 7]
+    first = rows[0]
+    assert (first["s"]["a"], first["s"]["b"]) == (1, [date(2024, 1, 2), None])
+    assert first["m"] == {"x": Decimal("1.5"), "y": None}
+    assert (first["bin"], first["f"], first["t"]) == (b"hello", 1.5, datetime(2024, 1, 1, 10))
+    details = {r["offset"]: r["detail"] for r in data.rejects.collect()}
+    assert sorted(details) == [1, 2, 3, 4, 5]
+    assert details[1].startswith("s.a: required")
+    assert details[2].startswith("bin: expected a base64 string")
+    assert details[5].startswith("m{}: expected a decimal(5,1)")
+
+
 def test_an_idle_topic_gives_empty_slices(spark, kafka_bootstrap, kafka_topic):
     topic = kafka_topic(2)
     source = _source(kafka_bootstrap, [topic], include={"offset"})
@@ -259,6 +293,29 @@ def test_a_recreated_topic_is_refused(
         _cut(source, bounds, epoch=2)
     with pytest.raises(Exception, match="recreated or truncated"):
         source.read(spark, bounds, epoch=1).rows.count()
+
+
+def test_transaction_markers_are_offsets_without_records(spark, kafka_bootstrap, kafka_topic):
+    from kafka import KafkaProducer
+
+    topic = kafka_topic(1)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=topic)
+    producer.init_transactions()
+    for first in (0, 5):
+        producer.begin_transaction()
+        for i in range(first, first + 5):
+            producer.send(topic, _order(i), partition=0)
+        producer.commit_transaction()
+    producer.close()
+    # Offsets 5 and 11 hold commit markers: tasks of three offsets start and end on them.
+    source = _source(kafka_bootstrap, [topic], include={"offset"}, max_records_per_task=3)
+    bounds = _cut(source)
+    assert _ranges(bounds) == {(topic, 0): (0, 11)}
+    rows = source.read(spark, bounds, epoch=1).rows.collect()
+    assert sorted((r["_kafka_offset"], r["id"]) for r in rows) == [
+        (offset, i) for i, offset in enumerate([0, 1, 2, 3, 4, 6, 7, 8, 9, 10])
+    ]
+    assert _ranges(_cut(source, bounds, epoch=2)) == {(topic, 0): (11, 11)}
 
 
 def test_a_missing_topic_is_an_error(kafka_bootstrap):

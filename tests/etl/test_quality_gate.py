@@ -68,14 +68,19 @@ def gx_unexpected_ids(spark_rows, expectations) -> list[list[int]]:
         .add_batch_definition_whole_dataframe("all")
         .get_batch(batch_parameters={"dataframe": spark_rows})
     )
-    found = []
-    for expectation in expectations:
-        result = batch.validate(
-            expectation.copy(),
-            result_format={"result_format": "COMPLETE", "unexpected_index_column_names": ["id"]},
-        )
-        assert not result.exception_info.get("raised_exception"), result.exception_info
-        found.append(sorted(entry["id"] for entry in result.result["unexpected_index_list"]))
+    suite = gx.ExpectationSuite(
+        name="reference",
+        expectations=[e.copy(update={"meta": {"position": i}}) for i, e in enumerate(expectations)],
+    )
+    result = batch.validate(
+        suite,
+        result_format={"result_format": "COMPLETE", "unexpected_index_column_names": ["id"]},
+    )
+    found: list[list[int]] = [[] for _ in expectations]
+    for one in result.results:
+        assert one.exception_info.get("raised_exception") is False, one.exception_info
+        position = one.expectation_config.meta["position"]
+        found[position] = sorted(entry["id"] for entry in one.result["unexpected_index_list"])
     return found
 
 
@@ -92,6 +97,20 @@ def test_gate_refuses_an_empty_or_foreign_expectation_list(spark):
         QualityGate("orders", [])
     with pytest.raises(GateDefinitionError, match="not a GX Expectation"):
         QualityGate("orders", ["expect_column_values_to_not_be_null"])
+
+
+def test_only_a_quarantine_gate_has_a_quarantine_table(spark):
+    not_null = [gxe.ExpectColumnValuesToNotBeNull(column="id")]
+    assert QualityGate("orders", not_null).quarantine_table is None
+    assert QualityGate("orders", not_null, policy="quarantine").quarantine_table == (
+        "orders_quarantine"
+    )
+    named = QualityGate("orders", not_null, policy="quarantine", quarantine="bad_orders")
+    assert named.quarantine_table == "bad_orders"
+    with pytest.raises(GateDefinitionError, match="policy='quarantine'"):
+        QualityGate("orders", not_null, policy="warn", quarantine="bad_orders")
+    with pytest.raises(TypeError):
+        QualityGate("orders", not_null, "warn")  # the policy is keyword-only
 
 
 def test_quarantine_refuses_row_level_expectations_it_cannot_split(spark):
@@ -122,7 +141,9 @@ def test_block_seals_only_when_every_expectation_passes(spark, rows):
     assert outcome.failed_expectations == () and outcome.blocking == ()
     assert outcome.passing is None and outcome.quarantined is None
 
-    bad = QualityGate("orders", [*good.expectations, gxe.ExpectColumnValuesToNotBeNull(column="name")])
+    bad = QualityGate(
+        "orders", [*good.expectations, gxe.ExpectColumnValuesToNotBeNull(column="name")]
+    )
     outcome = run_gate(spark, bad, rows, epoch=EPOCH)
     assert not outcome.success
     assert outcome.failed_expectations == outcome.blocking
@@ -167,9 +188,7 @@ def test_quarantine_splits_exactly_the_rows_gx_counts_unexpected(spark, rows):
     assert outcome.quarantined_count == len(quarantined_ids)
     assert passing_ids == [1, 9, 10]
 
-    tagged = {
-        r["id"]: (r["_failed_expectations"], r["_epoch"]) for r in quarantined.collect()
-    }
+    tagged = {r["id"]: (r["_failed_expectations"], r["_epoch"]) for r in quarantined.collect()}
     assert {epoch for _, epoch in tagged.values()} == {EPOCH}
     labels = [r["expectation"] for r in outcome.results[: len(ROW_LEVEL)]]
     reference = gx_unexpected_ids(rows, ROW_LEVEL)
@@ -181,17 +200,20 @@ def test_quarantine_splits_exactly_the_rows_gx_counts_unexpected(spark, rows):
 
 def test_quarantine_blocks_on_a_failed_table_level_expectation(spark, rows):
     row_count = gxe.ExpectTableRowCountToBeBetween(min_value=100, max_value=200)
+    # Map expectations that are not row-local (uniqueness) or, on Spark, schema-only (type)
+    # cannot be split: they pass or fail the epoch as a whole.
     unique = gxe.ExpectColumnValuesToBeUnique(column="status")
+    of_type = gxe.ExpectColumnValuesToBeOfType(column="id", type_="StringType")
     gate = QualityGate(
         "orders",
-        [gxe.ExpectColumnValuesToNotBeNull(column="name"), row_count, unique],
+        [gxe.ExpectColumnValuesToNotBeNull(column="name"), row_count, unique, of_type],
         policy="quarantine",
     )
     outcome = run_gate(spark, gate, rows, epoch=EPOCH)
     assert not outcome.success
-    assert [r["level"] for r in outcome.results] == ["row", "table", "table"]
+    assert [r["level"] for r in outcome.results] == ["row", "table", "table", "table"]
     assert outcome.blocking == tuple(r["expectation"] for r in outcome.results[1:])
-    assert len(outcome.failed_expectations) == 3
+    assert len(outcome.failed_expectations) == 4
     assert outcome.passing is None and outcome.quarantined is None
 
 
@@ -222,13 +244,16 @@ def test_results_are_json_for_the_catalog(spark, rows):
         ],
     )
     outcome = run_gate(spark, gate, rows, epoch=EPOCH)
-    text = outcome.results_json()
-    assert json.loads(text) == [dict(r) for r in outcome.results]
+    text = json.dumps(outcome.summary())
     assert len(text) < 1000
-    between = json.loads(text)[0]
+    stored = json.loads(text)
+    assert stored["expectations"] == [dict(r) for r in outcome.results]
+    assert stored["blocking"] == list(outcome.blocking) and stored["success"] is False
+    between = stored["expectations"][0]
     assert between["type"] == "expect_column_values_to_be_between"
     assert between["kwargs"] == {"column": "amount", "min_value": 0.0, "max_value": 100.0}
     assert between["element_count"] == len(ROWS) and between["unexpected_count"] == 3
+    assert between["expectation"] in outcome.blocked_reason and "orders" in outcome.blocked_reason
 
 
 def test_the_shared_context_does_not_reuse_results_across_epochs(spark, rows):
