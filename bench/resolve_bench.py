@@ -30,7 +30,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -62,6 +62,8 @@ class Measurement:
     median_ms: float
     p90_ms: float
     populate_s: float
+    load_average: float
+    """1-minute load average when measured: other work on the machine inflates timings."""
 
 
 def table_names() -> list[str]:
@@ -124,7 +126,7 @@ def populate_sqlite(catalog: SqlCatalog, epochs: int) -> None:
         cursor.executemany(
             "INSERT INTO tables (name, location, kind, partition_by, first_epoch, created_at)"
             " VALUES (?, ?, 'root', '[]', 1, ?)",
-            ((name, f"/bench/{name}", now) for name in table_names()),
+            [(name, f"/bench/{name}", now) for name in table_names()],
         )
         for k, name in enumerate(table_names()):
             fold = folded(k, epochs)
@@ -157,8 +159,10 @@ def populate_sqlite(catalog: SqlCatalog, epochs: int) -> None:
 def populate_postgres(catalog: SqlCatalog, epochs: int) -> None:
     now = datetime.now(UTC).isoformat()
     raw = catalog._engine.raw_connection()
+    connection = raw.driver_connection
+    assert connection is not None
     try:
-        with raw.driver_connection.cursor() as cursor:
+        with connection.cursor() as cursor:
             # Foreign-key triggers off for the bulk load only (the rows are valid by
             # construction); indexes are maintained as usual.
             cursor.execute("SET session_replication_role = replica")
@@ -183,21 +187,22 @@ def populate_postgres(catalog: SqlCatalog, epochs: int) -> None:
                     buffer = io.StringIO()
                     for epoch, state, into in epoch_states(k, epochs):
                         version = "\\N" if into is not None else epoch
-                        folded = "\\N" if into is None else into
+                        coalesced_into = "\\N" if into is None else into
                         buffer.write(
-                            f"{name}\t{epoch}\t{state}\t{version}\tbench\t1\t{folded}\t{now}\n"
+                            f"{name}\t{epoch}\t{state}\t{version}\tbench\t1"
+                            f"\t{coalesced_into}\t{now}\n"
                         )
                     copy.write(buffer.getvalue())
             cursor.execute("SET session_replication_role = DEFAULT")
         raw.commit()
         # What autovacuum would have done by the time such a history exists: statistics
         # for the planner and a visibility map for index-only scans.
-        raw.driver_connection.autocommit = True
-        with raw.driver_connection.cursor() as cursor:
+        connection.autocommit = True
+        with connection.cursor() as cursor:
             cursor.execute("VACUUM ANALYZE epochs")
             cursor.execute("VACUUM ANALYZE tables")
             cursor.execute("VACUUM ANALYZE table_epochs")
-        raw.driver_connection.autocommit = False
+        connection.autocommit = False
     finally:
         raw.close()
 
@@ -242,56 +247,70 @@ def postgres_problem() -> str | None:
     return None
 
 
-def median_ms(action: Callable[[], object], runs: int) -> tuple[float, float]:
-    for _ in range(WARMUP):
-        action()
-    timings = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        action()
-        timings.append((time.perf_counter() - start) * 1000)
-    timings.sort()
-    return statistics.median(timings), timings[int(len(timings) * 0.9) - 1]
+def populated(
+    backend: str,
+    open_catalog: Callable[[], AbstractContextManager[SqlCatalog]],
+    populate: Callable[[SqlCatalog, int], None],
+    epochs: int,
+    stack: ExitStack,
+) -> tuple[SqlCatalog, float]:
+    catalog = stack.enter_context(open_catalog())
+    start = time.perf_counter()
+    populate(catalog, epochs)
+    seconds = time.perf_counter() - start
+    print(
+        f"{backend}: {TABLES} tables x {epochs:,} epochs populated in {seconds:.1f} s", flush=True
+    )
+    names = table_names()
+    committed = resolve_snapshot(history=catalog, tables=names, level=Level.READ_COMMITTED)
+    assert committed.epochs["table_000"] == epochs
+    assert committed.epochs["table_002"] == epochs - 2
+    repeatable = resolve_snapshot(history=catalog, tables=names, level=Level.REPEATABLE_READ)
+    assert repeatable.epoch == expected_repeatable_read_epoch(epochs), repeatable.epoch
+    return catalog, seconds
 
 
 def measure(
     backend: str,
-    open_catalog: Callable[[], contextmanager[SqlCatalog]],
+    open_catalog: Callable[[], AbstractContextManager[SqlCatalog]],
     populate: Callable[[SqlCatalog, int], None],
     histories: Sequence[int],
     runs: int,
 ) -> list[Measurement]:
-    measurements = []
+    """Median resolution time per history length and level.
+
+    The histories are timed in alternation, run after run, so that whatever else the
+    machine is doing weighs on the short and the long history alike.
+    """
     names = table_names()
-    for epochs in histories:
-        with open_catalog() as catalog:
-            start = time.perf_counter()
-            populate(catalog, epochs)
-            populate_s = time.perf_counter() - start
-            print(
-                f"{backend}: {TABLES} tables x {epochs:,} epochs populated in {populate_s:.1f} s",
-                flush=True,
-            )
-            committed = resolve_snapshot(history=catalog, tables=names, level=Level.READ_COMMITTED)
-            assert (
-                committed.epochs["table_000"] == epochs
-                and committed.epochs["table_002"] == epochs - 2
-            )
-            repeatable = resolve_snapshot(
-                history=catalog, tables=names, level=Level.REPEATABLE_READ
-            )
-            assert repeatable.epoch == expected_repeatable_read_epoch(epochs), repeatable.epoch
-            for level in LEVELS:
-                median, p90 = median_ms(
-                    lambda level=level: resolve_snapshot(
-                        history=catalog, tables=names, level=level
-                    ),
-                    runs,
-                )
+    measurements = []
+    with ExitStack() as stack:
+        catalogs = {
+            epochs: populated(backend, open_catalog, populate, epochs, stack)
+            for epochs in histories
+        }
+        for level in LEVELS:
+            timings: dict[int, list[float]] = {epochs: [] for epochs in histories}
+            for run in range(-WARMUP, runs):
+                for epochs, (catalog, _) in catalogs.items():
+                    start = time.perf_counter()
+                    resolve_snapshot(history=catalog, tables=names, level=level)
+                    if run >= 0:
+                        timings[epochs].append((time.perf_counter() - start) * 1000)
+            load = os.getloadavg()[0]
+            for epochs, measured in timings.items():
+                measured.sort()
+                median = statistics.median(measured)
+                p90 = measured[int(len(measured) * 0.9) - 1]
+                populate_s = round(catalogs[epochs][1], 1)
                 measurements.append(
-                    Measurement(backend, epochs, str(level), median, p90, round(populate_s, 1))
+                    Measurement(backend, epochs, str(level), median, p90, populate_s, load)
                 )
-                print(f"  {level}: median {median:.2f} ms, p90 {p90:.2f} ms", flush=True)
+                print(
+                    f"  {epochs:>9,} epochs, {level}: median {median:.2f} ms, p90 {p90:.2f} ms"
+                    f" (load average {load:.1f} on {os.cpu_count()} CPUs)",
+                    flush=True,
+                )
     return measurements
 
 

@@ -4,7 +4,8 @@ Every state change is one write transaction, and write transactions are serializ
 across processes: SQLite takes the database write lock at ``BEGIN IMMEDIATE`` (WAL mode,
 so readers are never blocked), PostgreSQL takes a transaction-scoped advisory lock keyed
 on the catalog's schema as the first statement. Epoch issuance, registration checks,
-sealing and leases therefore see every earlier write and cannot race. Reads take no lock.
+sealing and leases therefore see every earlier write and cannot race. Reads take no lock;
+a read of several statements shares one snapshot.
 
 JSON values are stored as text. Timestamps are timezone-aware UTC; the clock is the
 database server's on PostgreSQL (shared by every machine) and the local clock on SQLite.
@@ -334,7 +335,9 @@ class SqlCatalog(Catalog):
     """The catalog in a SQLite file, SQLite in memory, or a PostgreSQL schema.
 
     Opening a database created by another schema version raises SchemaVersionError;
-    open it with ``check_schema=False`` only to call :meth:`upgrade`.
+    :meth:`open_for_upgrade` (or ``check_schema=False``) opens it only to call
+    :meth:`upgrade`. Beyond :class:`Catalog`, :meth:`state_history` gives the audit log
+    of every epoch state transition.
     """
 
     def __init__(self, url: str | sa.URL, *, check_schema: bool = True):
@@ -346,11 +349,22 @@ class SqlCatalog(Catalog):
         # One shared connection in memory: operations from several threads take turns.
         self._thread_lock = threading.RLock() if self._in_memory else nullcontext()
         self._engine = self._create_engine()
+        # PostgreSQL reads of one statement need no transaction: autocommit saves the
+        # BEGIN and ROLLBACK round trips on every snapshot resolution.
+        self._autocommit_engine = (
+            self._engine.execution_options()
+            if backend == "sqlite"
+            else sa.create_engine(
+                sa_url,
+                isolation_level="AUTOCOMMIT",
+                connect_args={"connect_timeout": _PG_CONNECT_TIMEOUT_SECONDS},
+            )
+        )
         self._latest_statements = self._build_latest_statements()
         try:
             self._open_schema(check_schema)
         except BaseException:
-            self._engine.dispose()
+            self.close()
             raise
 
     # -- engine and transactions ---------------------------------------------------------
@@ -410,10 +424,11 @@ class SqlCatalog(Catalog):
         )
 
     @contextmanager
-    def _connect(self, *, write: bool) -> Iterator[sa.Connection]:
+    def _connect(self, *, write: bool, snapshot: bool = False) -> Iterator[sa.Connection]:
         with self._thread_lock:
             try:
-                conn = self._engine.connect()
+                engine = self._engine if write or snapshot else self._autocommit_engine
+                conn = engine.connect()
             except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
                 raise self._unavailable(exc) from None
             with conn:
@@ -425,6 +440,8 @@ class SqlCatalog(Catalog):
                     # SQLite: another writer held the lock for longer than the busy timeout.
                     raise self._unavailable(exc) from None
                 with transaction:
+                    if snapshot and self.backend == "postgresql":
+                        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                     if write and self.backend == "postgresql":
                         conn.execute(
                             sa.select(
@@ -439,8 +456,9 @@ class SqlCatalog(Catalog):
         """A write transaction, serialized with every other writer of the catalog."""
         return self._connect(write=True)
 
-    def _read(self) -> AbstractContextManager[sa.Connection]:
-        return self._connect(write=False)
+    def _read(self, *, snapshot: bool = False) -> AbstractContextManager[sa.Connection]:
+        """A read; with ``snapshot`` its statements all see the same committed state."""
+        return self._connect(write=False, snapshot=snapshot)
 
     def _now(self, conn: sa.Connection) -> datetime:
         if self.backend == "postgresql":
@@ -495,6 +513,7 @@ class SqlCatalog(Catalog):
 
     def close(self) -> None:
         self._engine.dispose()
+        self._autocommit_engine.dispose()
 
     @classmethod
     def open_for_upgrade(
@@ -719,11 +738,11 @@ class SqlCatalog(Catalog):
             return [self._table_info(row) for row in rows]
 
     def get_job(self, name: str) -> JobInfo:
-        with self._read() as conn:
+        with self._read(snapshot=True) as conn:
             return self._job_info(self._job_row(conn, name), self._job_inputs(conn, name))
 
     def list_jobs(self) -> list[JobInfo]:
-        with self._read() as conn:
+        with self._read(snapshot=True) as conn:
             inputs = self._all_job_inputs(conn)
             rows = conn.execute(sa.select(jobs_table).order_by(jobs_table.c.name))
             return [self._job_info(row, inputs.get(row.name, ())) for row in rows]
@@ -1327,72 +1346,83 @@ class SqlCatalog(Catalog):
             rows = self._latest_rows(conn, "processed", tables)
         return {row.table_name: self._table_epoch(row) for row in rows}
 
-    # The latest-state queries are one statement each, built once: for every requested
-    # name, correlated scalar subqueries find the newest epoch (one descent of
-    # ix_table_epochs_state each), then a primary-key join fetches that row.
-    # Cost O(tables * log history): no scan, no GROUP BY over the history.
+    # The latest-state queries are one statement each, built once. For every requested
+    # name, max(epoch) is one backward descent of an index (ix_table_epochs_state per
+    # state, the primary key for validations), then the row is fetched by primary key:
+    # O(tables * log history), never a scan or a GROUP BY over the history.
 
     def _build_latest_statements(self) -> dict[LatestQuery, sa.Select[Any]]:
+        requested: sa.TableValuedAlias
         if self.backend == "postgresql":
             names = sa.bindparam("names", type_=postgresql.ARRAY(sa.Text))
-            name = sa.func.unnest(names).table_valued("name").render_derived().c.name
+            requested = sa.func.unnest(names).table_valued("name").render_derived("requested")
+            name = requested.c.name
         else:
-            name = (
-                sa.func.json_each(sa.bindparam("names", type_=sa.Text))
-                .table_valued("value")
-                .c.value
-            )
+            names = sa.bindparam("names", type_=sa.Text)
+            requested = sa.func.json_each(names).table_valued("value").alias("requested")
+            name = requested.c.value
 
-        def newest(state: EpochState, *conditions: Any) -> sa.ScalarSelect[int]:
+        def newest(state: EpochState, *, bounded: bool = False) -> sa.Select[Any]:
             x = table_epochs_table.alias("x")
+            conditions = [x.c.table_name == name, x.c.state == state.value]
+            if bounded:
+                conditions.append(x.c.epoch <= sa.bindparam("at_or_before", type_=sa.BigInteger))
             return (
-                sa.select(sa.func.max(x.c.epoch))
-                .where(x.c.table_name == name, x.c.state == state.value, *conditions)
-                .scalar_subquery()
+                sa.select(sa.func.max(x.c.epoch).label("epoch"))
+                .where(*conditions)
+                .correlate(requested)
             )
 
-        def written_at_or_before() -> sa.ScalarSelect[int]:
-            x = table_epochs_table.alias("x")
-            return (
-                sa.select(sa.func.max(x.c.epoch))
-                .where(
-                    x.c.table_name == name,
-                    x.c.state == EpochState.WRITTEN.value,
-                    x.c.epoch <= sa.bindparam("at_or_before", type_=sa.BigInteger),
-                )
-                .scalar_subquery()
-            )
-
-        # "Any state but ROLLED_BACK": the largest of one index descent per such state.
+        # "Any state but ROLLED_BACK": the largest of one descent per such state.
         greatest = sa.func.greatest if self.backend == "postgresql" else sa.func.max
-        processed = greatest(
-            *(
-                sa.func.coalesce(newest(state), 0)
-                for state in EpochState
-                if state is not EpochState.ROLLED_BACK
-            )
+        processed = sa.select(
+            greatest(
+                *(
+                    sa.func.coalesce(newest(state).scalar_subquery(), 0)
+                    for state in EpochState
+                    if state is not EpochState.ROLLED_BACK
+                )
+            ).label("epoch")
         )
-        v = validations_table
+        v = validations_table.alias("v")
         validated = (
-            sa.select(sa.func.max(v.c.epoch)).where(v.c.table_name == name).scalar_subquery()
+            sa.select(sa.func.max(v.c.epoch).label("epoch"))
+            .where(v.c.table_name == name)
+            .correlate(requested)
         )
 
-        def fetch(target: sa.Table, epoch: sa.ColumnElement[int]) -> sa.Select[Any]:
-            # MATERIALIZED keeps PostgreSQL from pulling the subqueries into the join
-            # condition (a hash join over the whole history): they run once per name.
-            latest = (
-                sa.select(name.label("name"), epoch.label("epoch"))
-                .cte("latest")
+        def fetch(target: sa.Table, epoch: sa.Select[Any]) -> sa.Select[Any]:
+            if self.backend == "postgresql":
+                # LATERAL runs the descents once per name inside the join.
+                found = epoch.lateral("newest")
+                return (
+                    sa.select(target)
+                    .select_from(requested)
+                    .join(found, sa.true())
+                    .join(
+                        target,
+                        sa.and_(target.c.table_name == name, target.c.epoch == found.c.epoch),
+                    )
+                )
+            # SQLite has no LATERAL: a materialized CTE runs the descents once per name.
+            materialized = (
+                sa.select(name.label("name"), epoch.scalar_subquery().label("epoch"))
+                .cte("newest")
                 .prefix_with("MATERIALIZED")
             )
             return sa.select(target).join(
-                latest,
-                sa.and_(target.c.table_name == latest.c.name, target.c.epoch == latest.c.epoch),
+                materialized,
+                sa.and_(
+                    target.c.table_name == materialized.c.name,
+                    target.c.epoch == materialized.c.epoch,
+                ),
             )
 
         return {
             "written": fetch(table_epochs_table, newest(EpochState.WRITTEN)),
-            "written_at_or_before": fetch(table_epochs_table, written_at_or_before()),
+            "written_at_or_before": fetch(
+                table_epochs_table, newest(EpochState.WRITTEN, bounded=True)
+            ),
             "processed": fetch(table_epochs_table, processed),
             "validation": fetch(validations_table, validated),
         }
@@ -1563,10 +1593,7 @@ class SqlCatalog(Catalog):
             return [self._validation(row) for row in conn.execute(query.order_by(v.c.epoch))]
 
     def table_status(self) -> list[TableStatus]:
-        with self._read() as conn:
-            if self.backend == "postgresql":
-                # One snapshot for the several statements below.
-                conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        with self._read(snapshot=True) as conn:
             tables = [
                 self._table_info(row)
                 for row in conn.execute(sa.select(tables_table).order_by(tables_table.c.name))

@@ -152,13 +152,12 @@ class _RowRule:
 
 
 def _between(value: Column, low: Any, high: Any, strict_low: bool, strict_high: bool) -> Column:
-    above = (value > F.lit(low)) if strict_low else (value >= F.lit(low))
-    below = (value < F.lit(high)) if strict_high else (value <= F.lit(high))
-    if low is None:
-        return below
-    if high is None:
-        return above
-    return above & below
+    bounds = []
+    if low is not None:
+        bounds.append(value > F.lit(low) if strict_low else value >= F.lit(low))
+    if high is not None:
+        bounds.append(value < F.lit(high) if strict_high else value <= F.lit(high))
+    return reduce(lambda a, b: a & b, bounds)
 
 
 # Mirrors great_expectations/expectations/metrics/column_map_metrics/*.py (GX 1.24), `_spark`
@@ -181,8 +180,8 @@ _ROW_RULES: Mapping[str, _RowRule] = {
     "expect_column_value_lengths_to_equal": _RowRule(lambda c, e: F.length(c) == F.lit(e.value)),
 }
 
-# Map expectations whose verdict on a row depends on other rows (uniqueness, a window) or,
-# on Spark, on the schema only: they pass or fail the whole epoch.
+# Map expectations whose verdict on a row depends on other rows (uniqueness) or, on Spark,
+# on the schema only: they pass or fail the whole epoch.
 _TABLE_LEVEL_MAP_TYPES = frozenset(
     {
         "expect_column_values_to_be_unique",
@@ -221,7 +220,8 @@ def _describe(expectation: Expectation) -> tuple[str, dict[str, Any]]:
     kwargs = cast("dict[str, Any]", expectation.configuration.to_json_dict()["kwargs"])
     kwargs.pop("batch_id", None)
     arguments = ", ".join(
-        f"{key}={json.dumps(kwargs[key], sort_keys=True)}" for key in sorted(kwargs)
+        f"{key}={json.dumps(kwargs[key], sort_keys=True, ensure_ascii=False)}"
+        for key in sorted(kwargs)
     )
     return f"{expectation.expectation_type}({arguments})", kwargs
 
@@ -345,8 +345,9 @@ class GateOutcome:
     ``element_count``, ``unexpected_count``, ``unexpected_percent``, ``missing_count``, or
     ``observed_value`` for table-level expectations). ``blocking`` lists the failed
     expectations that keep the epoch from being sealed under the policy; ``success`` is
-    true when there are none. ``passing`` and ``quarantined`` are set only for a sealable
-    epoch under ``quarantine``.
+    true when there are none. ``passing`` (the input's columns) and ``quarantined`` (plus
+    ``_failed_expectations``, the labels of the expectations the row fails, and ``_epoch``
+    set to the gated epoch) are set only for a sealable epoch under ``quarantine``.
     """
 
     table: str
@@ -462,8 +463,10 @@ def _summary(check: _Check, result: ExpectationValidationResult) -> dict[str, An
 def run_gate(spark: SparkSession, gate: QualityGate, rows: DataFrame, *, epoch: int) -> GateOutcome:
     """Validate epoch ``epoch``'s ``rows`` of ``gate.table`` and decide whether it may be sealed.
 
-    Raises :class:`ExpectationError` when GX cannot evaluate an expectation on these rows
-    (never a silent pass), and :class:`QuarantineMismatchError` when a quarantine split
+    ``rows`` must be deterministic (e.g. the epoch's rows read from a fixed Delta version):
+    GX, the quarantine check and the lazy ``passing``/``quarantined`` frames each evaluate
+    them. Raises :class:`ExpectationError` when GX cannot evaluate an expectation on these
+    rows (never a silent pass), and :class:`QuarantineMismatchError` when a quarantine split
     would not match GX's counts. Spark jobs are labelled with the table and epoch.
     """
     if gate.policy == "quarantine":
@@ -531,6 +534,8 @@ def _split(
     assert counts is not None  # an aggregate without grouping always yields one row
     for position, (check, result) in enumerate(row_checks):
         gx_unexpected = result.result.get("unexpected_count")
+        if gx_unexpected is None and result.result.get("element_count") == 0:
+            gx_unexpected = 0  # GX reports no count, rather than 0, for an empty epoch
         if gx_unexpected != counts[position]:
             raise QuarantineMismatchError(
                 gate.table,

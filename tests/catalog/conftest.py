@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 import sqlalchemy as sa
 
-from catalog import JobSpec, Lease, SqlCatalog, TableSpec, load_catalog
+from catalog import JobSpec, Lease, SealRequest, SqlCatalog, TableSpec, load_catalog
 from catalog.sql import meta_table, metadata
 
 BACKENDS = [
@@ -89,8 +89,6 @@ class Chain:
     count: Lease
 
     def seal_root(self, epoch: int, version: int, **kw):
-        from catalog import SealRequest
-
         return self.catalog.seal(
             "ingest", self.ingest.generation, [SealRequest("raw", epoch, version, **kw)]
         )

@@ -243,9 +243,9 @@ def test_commit_when_every_table_has_the_epoch_written(chain):
     assert manifest.barrier_ts == catalog.get_epoch(e1).barrier_ts
     assert catalog.get_commit(e1) == manifest
     assert catalog.latest_commit() == manifest
-    seal_count_first = seal_count  # the order of the jobs does not matter
+    # The order in which the jobs seal does not matter.
     processed(chain, "counts", e2, 21, job="count")
-    assert seal_count_first(chain, e2, 21) is None
+    assert seal_count(chain, e2, 21) is None
     second = seal_ingest(chain, e2, 11)
     assert second.epoch == e2 and dict(second.versions)["counts"] == 21
     assert catalog.latest_commit().epoch == e2

@@ -198,6 +198,13 @@ def test_quarantine_splits_exactly_the_rows_gx_counts_unexpected(spark, rows):
         assert result["unexpected_count"] == len(gx_ids), label
 
 
+def test_an_empty_epoch_passes_quarantine_with_nothing_quarantined(spark, rows):
+    gate = QualityGate("orders", ROW_LEVEL[:3], policy="quarantine")
+    outcome = run_gate(spark, gate, rows.limit(0), epoch=EPOCH)
+    assert outcome.success and outcome.quarantined_count == 0
+    assert outcome.passing.count() == 0 and outcome.quarantined.count() == 0
+
+
 def test_quarantine_blocks_on_a_failed_table_level_expectation(spark, rows):
     row_count = gxe.ExpectTableRowCountToBeBetween(min_value=100, max_value=200)
     # Map expectations that are not row-local (uniqueness) or, on Spark, schema-only (type)

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from catalog import EpochState
+from catalog import EpochState, UnknownEpochError
 from consistency import Level
 from consistency.errors import EpochNotReadableError
 from examples.wordcount.checks import violations
@@ -129,7 +129,7 @@ def test_time_travel_by_epoch_and_by_time(tmp_path, spark):
     by_time = chain.read(as_of_time=epoch2.barrier_ts - timedelta(microseconds=1))
     assert by_time.epoch == 1
     assert chain.read(as_of_time=epoch2.barrier_ts).epoch == 2
-    with pytest.raises(EpochNotReadableError):
+    with pytest.raises(UnknownEpochError):
         chain.read(as_of_epoch=3)
 
 
