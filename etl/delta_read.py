@@ -64,6 +64,8 @@ _ESCAPED_CHARS = frozenset(
 # checked against the log's value and parsed back by Spark.
 _HIVE_TYPES = frozenset({"string", "byte", "short", "integer", "long", "boolean", "date"})
 
+_RECENT_COMMITS = 16
+
 FILE_PATH_COLUMN = "__delta_barrier_file"
 """The column :func:`scan` adds with ``with_file_path``: the URI Spark read the row from."""
 
@@ -382,10 +384,15 @@ def find_commit(table: DeltaTable, location: str, match: Mapping[str, object]) -
     def matches(entry: Mapping[str, object]) -> bool:
         return all(entry.get(k) == v for k, v in match.items())
 
-    # The commit sought is nearly always among the newest few.
-    recent = history(table, location, limit=16)
-    entries = recent if len(recent) < 16 else history(table, location)
-    return next((int(e["version"]) for e in entries if matches(e)), None)
+    def newest_match(entries: list[dict]) -> int | None:
+        return next((int(e["version"]) for e in entries if matches(e)), None)
+
+    # The commit sought is nearly always among the newest few; read the rest only if not.
+    recent = history(table, location, limit=_RECENT_COMMITS)
+    found = newest_match(recent)
+    if found is None and len(recent) == _RECENT_COMMITS:
+        found = newest_match(history(table, location))
+    return found
 
 
 def log_commits(location: str, *, after_version: int | None = None) -> list[LogCommit]:

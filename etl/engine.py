@@ -546,13 +546,26 @@ class EpochEngine:
                 )
                 if seal is not None:
                     written.versions[table] = seal.delta_version
+            for table, version in written.versions.items():
+                state = self.catalog.table_epoch(table, action.epoch)
+                if state is not None and state.state is EpochState.ROLLED_BACK:
+                    # A replay committed but was never recorded: WRITTEN may not follow
+                    # ROLLED_BACK directly.
+                    self.catalog.record_processed(
+                        table,
+                        action.epoch,
+                        delta_version=version,
+                        job=job.name,
+                        attempt=action.attempt,
+                        generation=lease.generation,
+                    )
             batch = EpochBatch(first=action.first_epoch, last=action.epoch)
             result = self._publish(job, batch, action.attempt, lease, written)
             steps.append(
                 RecoveryStep(
                     job=job.name,
                     table=job.output,
-                    action="sealed" if result.sealed else f"blocked: {result.blocked_reason}",
+                    action="sealed" if result.sealed else "blocked",
                     epochs=(action.epoch,),
                     version=action.delta_version,
                 )

@@ -173,6 +173,11 @@ class Runner:
         done_through = sealed.epoch if sealed else table.first_epoch - 1
         if done_through >= latest.id:
             return []
+        waiting = self.catalog.table_epoch(job.output, done_through + 1)
+        if waiting is not None and waiting.state is EpochState.PROCESSED:
+            # Recovery has run, so a PROCESSED epoch here is one its quality gate blocked:
+            # epochs go in order, the job waits until a rerun lets that one through.
+            return []
         inputs_written: Mapping[str, list[int]] | None = None
         if job.inputs:
             inputs_written = {

@@ -109,7 +109,7 @@ def _spark_rows(df) -> list[tuple]:
 
 
 def test_round_trip_partitioned_keeps_schema_values_and_layout(spark, tmp_path):
-    names = ["a/b c", "x=y", None, "", "plain", "ünï"]
+    names = ["a/b c", "x=y", None, "", "007", "ünï"]
     rows = [_row(i, epoch=1 + i % 2, name=names[i % len(names)]) for i in range(1, 25)]
     df = spark.createDataFrame(rows, SCHEMA).repartition(3)
     files = write_files(df, str(tmp_path), partition_by=["_epoch", "name"], file_prefix="e1")
@@ -131,8 +131,11 @@ def test_round_trip_partitioned_keeps_schema_values_and_layout(spark, tmp_path):
         assert file.size == path.stat().st_size
         schema = pq.read_schema(path)
         assert "_epoch" not in schema.names and "name" not in schema.names
-        ts = pq.ParquetFile(path).schema_arrow.field("ts").type
-        assert ts == pa.timestamp("us", tz="UTC")
+        parquet_schema = pq.ParquetFile(path).schema
+        ts = parquet_schema.column(parquet_schema.names.index("ts"))
+        assert ts.physical_type == "INT64"
+        logical = json.loads(ts.logical_type.to_json())
+        assert (logical["timeUnit"], logical["isAdjustedToUTC"]) == ("microseconds", True)
     assert (tmp_path / "_epoch=1" / "name=a%2Fb c").is_dir()
     assert (tmp_path / "_epoch=2" / "name=x%3Dy").is_dir()
     assert (tmp_path / "_epoch=1" / "name=__HIVE_DEFAULT_PARTITION__").is_dir()
@@ -209,6 +212,25 @@ def test_commit_is_idempotent_per_app_transaction(spark, tmp_path):
     assert other == 2
     history = DeltaTable(str(tmp_path)).history()
     assert history[0]["delta_barrier.app_id"] == "other-app"
+
+
+def test_replayed_transaction_is_found_beyond_the_recent_history(tmp_path):
+    schema = pa.schema([("id", pa.int64())])
+    for txn in range(1, 21):
+        version = commit_files(
+            str(tmp_path),
+            [],
+            schema=schema,
+            mode="append",
+            app_id="a",
+            txn_version=txn,
+            metadata={},
+        )
+        assert version == txn - 1
+    replay = commit_files(
+        str(tmp_path), [], schema=schema, mode="append", app_id="a", txn_version=2, metadata={}
+    )
+    assert replay == 1 and table_version(str(tmp_path)) == 19
 
 
 def test_overwrite_removes_every_current_file(spark, tmp_path):
