@@ -167,6 +167,11 @@ class Catalog(ABC):
         """A table's epoch states with after < epoch <= up_to, oldest first."""
 
     @abstractmethod
+    def state_history(self, table: str, *, epoch: int | None = None) -> list[TableEpoch]:
+        """Every state transition of a table's epochs (ROLLED_BACK included), oldest first:
+        the audit trail. ``updated_at`` of each entry is when the transition was recorded."""
+
+    @abstractmethod
     def states_at(self, tables: Iterable[str], epoch: int) -> dict[str, TableEpoch]:
         """The state of one epoch in each of ``tables`` (tables without one are absent)."""
 

@@ -167,6 +167,7 @@ class ValidationRecord:
     table: str
     epoch: int
     success: bool
+    """Every expectation passed (under `warn` or `quarantine` a failed epoch may still seal)."""
     policy: str
     results: Mapping[str, object] = field(default_factory=dict)
     recorded_at: datetime | None = None

@@ -336,8 +336,7 @@ class SqlCatalog(Catalog):
 
     Opening a database created by another schema version raises SchemaVersionError;
     :meth:`open_for_upgrade` (or ``check_schema=False``) opens it only to call
-    :meth:`upgrade`. Beyond :class:`Catalog`, :meth:`state_history` gives the audit log
-    of every epoch state transition.
+    :meth:`upgrade`.
     """
 
     def __init__(self, url: str | sa.URL, *, check_schema: bool = True):
@@ -1292,10 +1291,6 @@ class SqlCatalog(Catalog):
             return [self._table_epoch(row) for row in conn.execute(query)]
 
     def state_history(self, table: str, *, epoch: int | None = None) -> list[TableEpoch]:
-        """Every state transition of a table's epochs (ROLLED_BACK included), oldest first.
-
-        ``updated_at`` of each entry is when the transition was recorded.
-        """
         h = epoch_history_table
         query = sa.select(h).where(h.c.table_name == table)
         if epoch is not None:

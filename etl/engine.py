@@ -224,7 +224,7 @@ class EpochEngine:
                 )
             quarantined = verdict.quarantined
         requests = []
-        for table in self._tables_of(job):
+        for table in self.pipeline.tables_of(job):
             version = written.versions.get(table)
             if version is None:
                 version = self._current_version(table)
@@ -482,21 +482,12 @@ class EpochEngine:
             raise DeltaBarrierError(f"table {table!r} has no Delta version to seal at")
         return version
 
-    def _tables_of(self, job: Job) -> list[str]:
-        tables = [job.output]
-        if job.rejects_table:
-            tables.append(job.rejects_table)
-        gate = self.pipeline.gates.get(job.output)
-        if gate is not None and gate.quarantine_table:
-            tables.append(gate.quarantine_table)
-        return tables
-
     # -- recovery ----------------------------------------------------------------------
 
     def recover(self, job: Job, lease: Lease) -> list[RecoveryStep]:
         """Bring the catalog and the Delta logs of the job's tables back into agreement."""
         steps: list[RecoveryStep] = []
-        tables = self._tables_of(job)
+        tables = self.pipeline.tables_of(job)
         plans = {}
         complete: set[int] = set()
         for table in tables:

@@ -57,7 +57,8 @@ def audit_epoch(
         ValidationRecord(
             table=job.output,
             epoch=batch.last,
-            success=outcome.success,
+            # Whether every expectation passed, not whether the policy let the epoch through.
+            success=not outcome.failed_expectations,
             policy=gate.policy,
             results=outcome.summary(),
         )

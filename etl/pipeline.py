@@ -113,7 +113,7 @@ class Job:
     def read_mode(self, item: Input) -> InputRead:
         return item.read or ("snapshot" if self.mode == "overwrite" else "slice")
 
-    def spec(self) -> JobSpec:
+    def spec(self, *, side_outputs: Sequence[str] = ()) -> JobSpec:
         return JobSpec(
             name=self.name,
             output=self.output,
@@ -121,7 +121,7 @@ class Job:
             inputs=tuple(i.table for i in self.inputs),
             source=self.source.name if self.source else None,
             keys=self.keys,
-            side_outputs=tuple(t for t in (self.rejects_table,) if t),
+            side_outputs=tuple(side_outputs),
         )
 
 
@@ -224,11 +224,20 @@ class Pipeline:
         """Attach a data-quality gate to a table written by this pipeline."""
         self.gates[gate.table] = gate
 
-    def writer_of(self, table: str) -> Job | None:
-        for job in self.jobs.values():
-            if job.output == table or job.rejects_table == table:
-                return job
-        return None
+    def tables_of(self, job: Job) -> list[str]:
+        """Every table the job writes and seals together: its output, then side outputs
+        (the rejects table of its source, the quarantine table of its output's gate)."""
+        tables = [job.output]
+        if job.rejects_table:
+            tables.append(job.rejects_table)
+        gate = self.gates.get(job.output)
+        if gate is not None and gate.quarantine_table:
+            tables.append(gate.quarantine_table)
+        return tables
+
+    def job_spec(self, job: Job) -> JobSpec:
+        """The job as the catalog registers it, side outputs included."""
+        return job.spec(side_outputs=self.tables_of(job)[1:])
 
     def table_specs(self, warehouse: str) -> list[TableSpec]:
         """Every table the pipeline writes, located under the warehouse."""

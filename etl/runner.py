@@ -110,7 +110,7 @@ class Runner:
         for spec in self.pipeline.table_specs(self.warehouse):
             self.catalog.register_table(spec)
         for job in self.pipeline.ordered_jobs():
-            self.catalog.register_job(job.spec())
+            self.catalog.register_job(self.pipeline.job_spec(job))
         self._registered = True
 
     def acquire(self) -> None:

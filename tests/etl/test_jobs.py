@@ -124,7 +124,7 @@ def test_micro_batches_commit_processed_before_the_epoch_is_sealed(tmp_path, spa
     result = env.runner.run_once()
     assert result.ok
     (batch,) = result.batches
-    history = env.catalog.history("orders", epoch=1)
+    history = env.catalog.state_history("orders", epoch=1)
     assert [h.state for h in history] == [EpochState.PROCESSED] * 3 + [EpochState.WRITTEN]
     assert batch.rows == 3 and env.rows("orders", "id") == [(0,), (1,), (2,)]
 

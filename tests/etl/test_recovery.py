@@ -90,7 +90,7 @@ def test_crash_then_recover_matches_a_run_without_crash(
     undone = [s for s in recovered.recovered if s.action == "rolled back"]
     if rolled_back:
         assert [s.table for s in undone] == [rolled_back]
-        history = chain.catalog.history(rolled_back, epoch=2)
+        history = chain.catalog.state_history(rolled_back, epoch=2)
         assert EpochState.ROLLED_BACK in [h.state for h in history]
         assert chain.catalog.table_epoch(rolled_back, 2).state is EpochState.WRITTEN
     else:
