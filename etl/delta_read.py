@@ -55,7 +55,7 @@ _MAX_READER_VERSION = 3
 
 # Hive-style partition directories, escaped as Spark escapes them
 # (ExternalCatalogUtils.escapePathName), so Spark's partition discovery reads them back.
-_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 _ESCAPED_CHARS = frozenset(
     [chr(c) for c in range(0x01, 0x20)]
     + ['"', "#", "%", "'", "*", "/", ":", "=", "?", "\\", "\x7f", "{", "[", "]", "^"]
@@ -98,7 +98,7 @@ def hive_directory(partition_by: Sequence[str], values: Mapping[str, str | None]
     for col in partition_by:
         value = values[col]
         parts.append(
-            f"{escape_path_name(col)}={_HIVE_NULL if value is None else escape_path_name(value)}"
+            f"{escape_path_name(col)}={HIVE_NULL if value is None else escape_path_name(value)}"
         )
     return "/".join(parts)
 

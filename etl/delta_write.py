@@ -1,11 +1,10 @@
 """Writing Delta tables: Spark tasks write Parquet files, the driver commits them.
 
-Each Spark task writes its rows with pyarrow into ``location/[col=val/...]/part-*.parquet``
-(Hive-style partition directories; partition columns are not stored in the files, as the
-Delta protocol says) and returns a small descriptor per file: path, size, partition values,
-row count and Delta statistics. Only the descriptors reach the driver, which commits them
-to the Delta log through delta-rs together with an app transaction (app id, version) that
-makes the commit idempotent.
+Spark's Parquet writer writes the rows (Hive-style partition directories; partition columns
+are not stored in the files, as the Delta protocol says). The driver reads only the files'
+footers, for a small descriptor per file: path, size, partition values, row count and
+Delta statistics, and commits the files to the Delta log through delta-rs together with
+an app transaction (app id, version) that makes the commit idempotent.
 """
 
 from __future__ import annotations
@@ -15,15 +14,14 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
@@ -39,6 +37,7 @@ from deltalake.transaction import (
 from consistency.models import BEFORE_FIRST_VERSION
 from etl.delta_read import (
     FILE_PATH_COLUMN,
+    HIVE_NULL,
     META_APP_ID,
     META_COMMIT_ID,
     META_RESTORED_TO,
@@ -68,33 +67,13 @@ if TYPE_CHECKING:
 
 # Delta-Spark's default prefix length for string statistics (dataSkippingStringPrefixLength).
 _STRING_STATS_PREFIX = 32
-# Rows buffered per file before a Parquet row group is written. Spark hands Arrow batches
-# of 10k rows, and a row group per batch would bloat footers and slow readers down; writing
-# every ~128k rows (DuckDB's default row group size) overlaps the encoding with Spark
-# still sending batches, where one row group at the end of the task would serialise them.
-_ROW_GROUP_ROWS = 1 << 17
-_ROW_GROUP_BYTES = 64 << 20
-# pyarrow tries dictionary encoding on every column and falls back to plain encoding when
-# the dictionary outgrows this limit. Its 1 MiB default spends that effort anew in each row
-# group on high-cardinality columns (ids, amounts, timestamps), which doubled the encoding
-# time and gave larger files; low-cardinality columns stay well under 128 KiB.
-_DICTIONARY_PAGE_LIMIT = 1 << 17
+# Spark writes a batch's files here (one directory per batch) before they are moved into
+# the table: a leading underscore hides it from Delta readers and from Spark's listing.
+_STAGING_PREFIX = "_delta_barrier_staging-"
+# Footer reads and moves are I/O: on object storage each is a round trip.
+_PLACING_THREADS = 8
 _PARTITION_TYPES = frozenset({"string", "byte", "short", "integer", "long", "boolean", "date"})
 _FILE_PREFIX = re.compile(r"^[A-Za-z0-9_.-]+$")
-_DESCRIPTOR_SCHEMA = pa.schema(
-    [
-        ("path", pa.string()),
-        ("size", pa.int64()),
-        ("partition_values", pa.string()),
-        ("rows", pa.int64()),
-        ("stats", pa.string()),
-        ("modification_time", pa.int64()),
-    ]
-)
-_DESCRIPTOR_DDL = (
-    "path string, size long, partition_values string, rows long, stats string, "
-    "modification_time long"
-)
 
 
 @dataclass(frozen=True)
@@ -113,7 +92,7 @@ class DataFile:
     """Milliseconds since the Unix epoch."""
 
 
-# -- task side: writing files and statistics ------------------------------------------------
+# -- writing files: Spark's Parquet writer, then statistics from the footers -----------------
 
 
 def _timestamp_text(micros: int, *, utc: bool) -> str:
@@ -140,58 +119,6 @@ def _string_upper_bound(value: str) -> str | None:
     return None
 
 
-class _ColumnStats:
-    """Running min/max/null count of one column of one file."""
-
-    def __init__(self, arrow_type: pa.DataType):
-        self.type = arrow_type
-        self.ordered = (
-            pa.types.is_integer(arrow_type)
-            or pa.types.is_floating(arrow_type)
-            or pa.types.is_decimal(arrow_type)
-            or pa.types.is_date(arrow_type)
-            or pa.types.is_timestamp(arrow_type)
-            or pa.types.is_string(arrow_type)
-            or pa.types.is_large_string(arrow_type)
-        )
-        self.nulls = 0
-        self.low: Any = None
-        self.high: Any = None
-        self.unbounded = False
-        """True when min/max cannot be written (NaN or infinities in a float column)."""
-
-    def update(self, column: pa.Array) -> None:
-        self.nulls += column.null_count
-        if not self.ordered or self.unbounded or column.null_count == len(column):
-            return
-        if pa.types.is_timestamp(self.type):
-            column = column.cast(pa.int64())
-        elif pa.types.is_floating(self.type) and not pc.all(pc.is_finite(column)).as_py():
-            # JSON has no NaN/Infinity and NaN has no place in an order: no bounds.
-            self.unbounded = True
-            return
-        bounds = pc.min_max(column)
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
-        self.low = low if self.low is None else min(self.low, low)
-        self.high = high if self.high is None else max(self.high, high)
-
-    def bounds(self) -> tuple[Any, Any]:
-        """(min, max) in Delta's JSON form; None where no valid bound can be written."""
-        if not self.ordered or self.unbounded or self.low is None:
-            return None, None
-        if pa.types.is_timestamp(self.type):
-            utc = self.type.tz is not None
-            return _timestamp_text(self.low, utc=utc), _timestamp_text(self.high, utc=utc)
-        if pa.types.is_date(self.type):
-            return self.low.isoformat(), self.high.isoformat()
-        if isinstance(self.low, str):
-            high = self.high
-            if len(high) > _STRING_STATS_PREFIX:
-                high = _string_upper_bound(high)
-            return self.low[:_STRING_STATS_PREFIX], high
-        return self.low, self.high
-
-
 def _json(value: object) -> str:
     """JSON that keeps decimals exact (json.dumps would need floats)."""
     if isinstance(value, Mapping):
@@ -201,163 +128,134 @@ def _json(value: object) -> str:
     return json.dumps(value, allow_nan=False)
 
 
-class _FileStats:
-    """Delta per-file statistics of the top-level primitive columns of one file."""
+def _has_bounds(arrow_type: pa.DataType) -> bool:
+    # Floats get no bounds: a NaN has no place in an order, and Parquet writers differ in
+    # whether their min/max skip NaNs, so bounds read from a footer could exclude a NaN row.
+    return (
+        pa.types.is_integer(arrow_type)
+        or pa.types.is_decimal(arrow_type)
+        or pa.types.is_date(arrow_type)
+        or pa.types.is_timestamp(arrow_type)
+        or pa.types.is_string(arrow_type)
+        or pa.types.is_large_string(arrow_type)
+    )
 
-    def __init__(self, schema: pa.Schema):
-        self.rows = 0
-        # Nested columns get no statistics at all (their nullCount would be nested too).
-        self.columns = {
-            field.name: _ColumnStats(field.type)
-            for field in schema
-            if not pa.types.is_nested(field.type)
-        }
 
-    def update(self, batch: pa.RecordBatch) -> None:
-        self.rows += batch.num_rows
-        for name, stats in self.columns.items():
-            stats.update(batch.column(name))
-
-    def to_json(self) -> str:
-        low: dict[str, object] = {}
-        high: dict[str, object] = {}
-        for name, stats in self.columns.items():
-            lo, hi = stats.bounds()
-            if lo is not None:
-                low[name] = lo
-            if hi is not None:
-                high[name] = hi
-        nulls = {name: stats.nulls for name, stats in self.columns.items()}
-        return _json(
-            {"numRecords": self.rows, "minValues": low, "maxValues": high, "nullCount": nulls}
+def _column_bounds(
+    arrow_type: pa.DataType, chunks: Sequence[pq.ColumnChunkMetaData]
+) -> tuple[Any, Any]:
+    """(min, max) of one column over a file's row groups in Delta's JSON form, or
+    (None, None) where the footer cannot give a bound that holds for every row."""
+    stats = [chunk.statistics for chunk in chunks]
+    if not _has_bounds(arrow_type) or any(s is None for s in stats):
+        return None, None
+    valued = [s for s in stats if s.num_values > 0]
+    if not valued or not all(s.has_min_max for s in valued):
+        return None, None
+    if pa.types.is_timestamp(arrow_type):
+        if chunks[0].physical_type != "INT64":
+            return None, None  # INT96 timestamps: no usable order in the footer
+        utc = arrow_type.tz is not None
+        return (
+            _timestamp_text(min(s.min_raw for s in valued), utc=utc),
+            _timestamp_text(max(s.max_raw for s in valued), utc=utc),
         )
-
-
-class _OpenFile:
-    """One Parquet file being written by a task."""
-
-    def __init__(
-        self,
-        fs: pafs.FileSystem,
-        root: str,
-        relative_path: str,
-        partition_values: Mapping[str, str | None],
-        schema: pa.Schema,
-    ):
-        self.fs = fs
-        self.full_path = f"{root}/{relative_path}"
-        self.relative_path = relative_path
-        self.partition_values = dict(partition_values)
-        parent = self.full_path.rsplit("/", 1)[0]
-        fs.create_dir(parent, recursive=True)
-        self.writer = pq.ParquetWriter(
-            self.full_path,
-            schema,
-            filesystem=fs,
-            compression="snappy",
-            # The Delta `timestamp` type is microseconds since the epoch (UTC-adjusted).
-            coerce_timestamps="us",
-            allow_truncated_timestamps=False,
-            dictionary_pagesize_limit=_DICTIONARY_PAGE_LIMIT,
+    low, high = min(s.min for s in valued), max(s.max for s in valued)
+    if pa.types.is_date(arrow_type):
+        return low.isoformat(), high.isoformat()
+    if isinstance(low, str):
+        return low[:_STRING_STATS_PREFIX], (
+            _string_upper_bound(high) if len(high) > _STRING_STATS_PREFIX else high
         )
-        self.stats = _FileStats(schema)
-        self.pending: list[pa.RecordBatch] = []
-        self.pending_rows = 0
-        self.pending_bytes = 0
+    return low, high
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        self.stats.update(batch)
-        self.pending.append(batch)
-        self.pending_rows += batch.num_rows
-        self.pending_bytes += batch.nbytes
-        if self.pending_rows >= _ROW_GROUP_ROWS or self.pending_bytes >= _ROW_GROUP_BYTES:
-            self._flush()
 
-    def _flush(self) -> None:
-        if self.pending:
-            self.writer.write_table(
-                pa.Table.from_batches(self.pending), row_group_size=self.pending_rows
+def _file_statistics(metadata: pq.FileMetaData, schema: pa.Schema) -> str:
+    """Delta per-file statistics (protocol, "Per-file Statistics") of the top-level
+    primitive columns, from a Parquet footer; nested columns get none."""
+    positions = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    low: dict[str, object] = {}
+    high: dict[str, object] = {}
+    nulls: dict[str, int] = {}
+    for field in schema:
+        position = positions.get(field.name)
+        if position is None or pa.types.is_nested(field.type):
+            continue
+        chunks = [metadata.row_group(g).column(position) for g in range(metadata.num_row_groups)]
+        if all(c.statistics is not None and c.statistics.has_null_count for c in chunks):
+            nulls[field.name] = sum(c.statistics.null_count for c in chunks)
+        lo, hi = _column_bounds(field.type, chunks)
+        if lo is not None:
+            low[field.name] = lo
+        if hi is not None:
+            high[field.name] = hi
+    return _json(
+        {"numRecords": metadata.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
+    )
+
+
+def _unescape_path_name(text: str) -> str:
+    return re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), text)
+
+
+def _partition_values(
+    directories: Sequence[str], partition_by: Sequence[str]
+) -> dict[str, str | None]:
+    """The Delta-serialised partition values of a file Spark wrote under ``col=value/``
+    directories (Spark writes each value in the form the Delta protocol serialises)."""
+    values: dict[str, str | None] = {}
+    for directory, column in zip(directories, partition_by, strict=True):
+        name, _, text = directory.partition("=")
+        if _unescape_path_name(name) != column:
+            raise DeltaIOError(
+                table=column,
+                operation="write",
+                reason=f"Spark wrote partition directory {directory!r}, expected column {column!r}",
             )
-        self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
-
-    def close(self) -> dict[str, object]:
-        self._flush()
-        self.writer.close()
-        return {
-            "path": self.relative_path,
-            "size": self.fs.get_file_info(self.full_path).size,
-            "partition_values": json.dumps(self.partition_values),
-            "rows": self.stats.rows,
-            "stats": self.stats.to_json(),
-            "modification_time": int(time.time() * 1000),
-        }
-
-    def abort(self) -> None:
-        try:
-            self.writer.close()
-        finally:
-            self.fs.delete_file(self.full_path)
+        value = _unescape_path_name(text)
+        values[column] = None if value in (HIVE_NULL, "") else value
+    return values
 
 
 @dataclass(frozen=True)
-class _TaskWriter:
-    """The function each Spark task runs (via mapInArrow): write files, yield descriptors.
+class _StagedFile:
+    """A file Spark committed to the staging directory, and where it goes in the table."""
 
-    A module-level class, so that workers import it from ``etl.delta_write`` rather than
-    unpickling a closure.
-    """
+    staged: str
+    target: str
+    partition_values: Mapping[str, str | None]
 
-    location: str
-    partition_by: tuple[str, ...]
-    file_prefix: str
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        if self.location.startswith("/"):
-            fs, root = pafs.LocalFileSystem(), self.location
-        else:
-            fs, root = pafs.FileSystem.from_uri(self.location)
-        files: dict[tuple, _OpenFile] = {}
-        try:
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
-                for key, part in self._split(batch):
-                    file = files.get(key)
-                    if file is None:
-                        file = files[key] = self._open(fs, root, key, part.schema)
-                    file.add(part)
-            descriptors = [file.close() for file in files.values()]
-        except BaseException:
-            # The task will be retried with new file names; leave no half-written files.
-            for file in files.values():
-                with contextlib.suppress(OSError):
-                    file.abort()
-            raise
-        yield pa.RecordBatch.from_pylist(descriptors, schema=_DESCRIPTOR_SCHEMA)
+def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+    if location.startswith("/"):
+        return pafs.LocalFileSystem(), location
+    return pafs.FileSystem.from_uri(location)
 
-    def _split(self, batch: pa.RecordBatch) -> Iterator[tuple[tuple, pa.RecordBatch]]:
-        if not self.partition_by:
-            yield (), batch
-            return
-        data = batch.select([n for n in batch.schema.names if n not in self.partition_by])
-        keys = pa.Table.from_batches([batch.select(list(self.partition_by))])
-        groups = (
-            keys.append_column("__row", pa.array(np.arange(batch.num_rows)))
-            .group_by(list(self.partition_by), use_threads=False)
-            .aggregate([("__row", "list")])
-        )
-        key_columns = [groups.column(c).to_pylist() for c in self.partition_by]
-        rows = groups.column("__row_list")
-        for i in range(groups.num_rows):
-            key = tuple(serialize_partition_value(column[i]) for column in key_columns)
-            yield key, data.take(rows[i].values)
 
-    def _open(self, fs: pafs.FileSystem, root: str, key: tuple, schema: pa.Schema) -> _OpenFile:
-        values = dict(zip(self.partition_by, key, strict=True))
-        directory = hive_directory(self.partition_by, values)
-        name = f"part-{self.file_prefix}-{uuid.uuid4()}.parquet"
-        relative = f"{directory}/{name}" if directory else name
-        return _OpenFile(fs, root, relative, values, schema)
+def _spark_location(location: str) -> str:
+    # An absolute path without a scheme would be read against Hadoop's default file
+    # system, which on a cluster is HDFS, not the local disk.
+    return f"file://{location}" if location.startswith("/") else location
+
+
+def _place(fs: pafs.FileSystem, root: str, file: _StagedFile, schema: pa.Schema) -> DataFile | None:
+    """Move one staged file into the table directory; None (and deleted) when empty."""
+    source = f"{root}/{file.staged}"
+    metadata = pq.read_metadata(source, filesystem=fs)
+    if metadata.num_rows == 0:
+        fs.delete_file(source)
+        return None
+    target = f"{root}/{file.target}"
+    fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    fs.move(source, target)
+    return DataFile(
+        path=file.target,
+        size=fs.get_file_info(target).size,
+        partition_values=dict(file.partition_values),
+        rows=metadata.num_rows,
+        stats=_file_statistics(metadata, schema),
+        modification_time=int(time.time() * 1000),
+    )
 
 
 def write_files(
@@ -366,11 +264,13 @@ def write_files(
     """Write ``df`` as Parquet files into the table directory, from Spark tasks.
 
     Returns the descriptors of the files, not yet committed (see :func:`commit_files`).
-    Each task writes one file per partition it holds, named
-    ``part-<file_prefix>-<uuid>.parquet`` under Hive-style ``col=value/`` directories;
-    partition columns are not stored in the files. Timestamps are written as microseconds.
-    Each descriptor carries the file's Delta statistics (numRecords, and minValues,
-    maxValues, nullCount of top-level primitive columns). No data row reaches the driver.
+    Spark's own Parquet writer writes the rows into a private staging directory of the
+    table (Spark's commit protocol: only files of successful task attempts survive); the
+    driver then reads each file's footer for its row count and Delta statistics
+    (numRecords, and minValues, maxValues, nullCount of top-level primitive columns) and
+    moves it to ``[col=value/...]/part-<file_prefix>-<uuid>.parquet``. Partition columns
+    are not stored in the files, as the Delta protocol says; timestamps are microseconds.
+    No data row reaches the driver, and no row passes through Python.
 
     Partition columns must be strings, integers, booleans or dates; an empty string
     partition value is stored as null (Delta protocol, "Partition Value Serialization").
@@ -378,20 +278,40 @@ def write_files(
     location = normalize_location(location)
     partition_by = tuple(partition_by)
     _check_write_options(df, location, partition_by=partition_by, file_prefix=file_prefix)
-    writer = _TaskWriter(location=location, partition_by=partition_by, file_prefix=file_prefix)
-    rows = df.mapInArrow(writer, _DESCRIPTOR_DDL).collect()
-    files = [
-        DataFile(
-            path=row["path"],
-            size=row["size"],
-            partition_values=json.loads(row["partition_values"]),
-            rows=row["rows"],
-            stats=row["stats"],
-            modification_time=row["modification_time"],
+    fs, root = _filesystem(location)
+    staging = f"{_STAGING_PREFIX}{file_prefix}-{uuid.uuid4().hex}"
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(df.schema, timezone="UTC")
+    session = df.sparkSession
+    # Delta's `timestamp` is microseconds; Spark would otherwise write INT96.
+    session.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    try:
+        df.write.partitionBy(*partition_by).parquet(
+            _spark_location(f"{location}/{staging}"), compression="snappy"
         )
-        for row in rows
-    ]
-    return sorted(files, key=lambda f: f.path)
+        staged = []
+        for info in fs.get_file_info(pafs.FileSelector(f"{root}/{staging}", recursive=True)):
+            relative = info.path[len(root) + len(staging) + 2 :]
+            *directories, name = relative.split("/")
+            if not info.is_file or not name.endswith(".parquet") or name.startswith((".", "_")):
+                continue
+            values = _partition_values(directories, partition_by)
+            directory = hive_directory(partition_by, values)
+            target = f"part-{file_prefix}-{uuid.uuid4()}.parquet"
+            staged.append(
+                _StagedFile(
+                    staged=f"{staging}/{relative}",
+                    target=f"{directory}/{target}" if directory else target,
+                    partition_values=values,
+                )
+            )
+        with ThreadPoolExecutor(max_workers=_PLACING_THREADS) as pool:
+            placed = list(pool.map(lambda file: _place(fs, root, file, schema), staged))
+    finally:
+        with contextlib.suppress(OSError):
+            fs.delete_dir(f"{root}/{staging}")
+    return sorted((f for f in placed if f is not None), key=lambda f: f.path)
 
 
 def _check_write_options(

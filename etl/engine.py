@@ -59,7 +59,7 @@ from etl.delta import (
     table_version,
     write_files,
 )
-from etl.errors import DeltaBarrierError, OutputSchemaError, TransformError
+from etl.errors import DeltaBarrierError, OutputSchemaError, SchemaMismatchError, TransformError
 from etl.faults import maybe_crash
 from etl.pipeline import EpochContext, Job, Pipeline
 
@@ -79,6 +79,16 @@ def txn_version(epoch: int, attempt: int, batch: int) -> int:
 
 def app_id(job: str) -> str:
     return f"delta-barrier/{job}"
+
+
+def commit_metadata(job: Job, batch: EpochBatch, attempt: int) -> dict[str, str | int | bool]:
+    """What every commit of a batch records in the Delta log for recovery to read back."""
+    return {
+        META_EPOCH: batch.last,
+        META_FIRST_EPOCH: batch.first,
+        META_JOB: job.name,
+        META_ATTEMPT: attempt,
+    }
 
 
 @dataclass(frozen=True)
@@ -141,12 +151,7 @@ class EpochEngine:
         attempt = state.attempt + 1 if state and state.state is EpochState.ROLLED_BACK else 1
         session = self.spark.newSession()
         written = _Written()
-        meta = {
-            META_EPOCH: batch.last,
-            META_FIRST_EPOCH: batch.first,
-            META_JOB: job.name,
-            META_ATTEMPT: attempt,
-        }
+        meta = commit_metadata(job, batch, attempt)
         rejected = 0
         if job.source is not None:
             bounds = self._slice_bounds(job, batch, epoch.barrier_ts)
@@ -391,7 +396,7 @@ class EpochEngine:
         attempt: int,
         index: int,
         final: bool,
-        meta: Mapping[str, object],
+        meta: Mapping[str, str | int | bool],
         lease: Lease,
         written: _Written,
         *,
@@ -454,7 +459,7 @@ class EpochEngine:
         attempt: int,
         index: int,
         final: bool,
-        meta: Mapping[str, object],
+        meta: Mapping[str, str | int | bool],
         *,
         mode: str,
     ) -> int:
@@ -471,10 +476,8 @@ class EpochEngine:
                 txn_version=txn_version(batch.last, attempt, index),
                 metadata={**meta, META_BATCH: index, META_FINAL: final},
             )
-        except DeltaBarrierError as exc:
-            if type(exc).__name__ == "SchemaMismatchError":
-                raise OutputSchemaError(job=job.name, epoch=batch.last, problem=str(exc)) from exc
-            raise
+        except SchemaMismatchError as exc:
+            raise OutputSchemaError(job=job.name, epoch=batch.last, problem=str(exc)) from exc
 
     def _current_version(self, table: str) -> int:
         version = table_version(self.catalog.get_table(table).location)

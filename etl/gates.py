@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 
 from catalog import ValidationRecord
-from consistency import META_ATTEMPT, META_EPOCH, META_FIRST_EPOCH, META_JOB, EpochBatch
+from consistency import EpochBatch
 from etl.delta_read import EPOCH_COLUMN, active_files, open_table, read_epochs, scan, table_version
 from etl.delta_write import write_files
-from etl.engine import AuditVerdict
+from etl.engine import AuditVerdict, commit_metadata
 from etl.quality import run_gate
 
 if TYPE_CHECKING:
@@ -72,12 +72,7 @@ def audit_epoch(
     if not outcome.quarantined_count and table_version(quarantine_location) is not None:
         return AuditVerdict()
 
-    meta = {
-        META_EPOCH: batch.last,
-        META_FIRST_EPOCH: batch.first,
-        META_JOB: job.name,
-        META_ATTEMPT: attempt,
-    }
+    meta = commit_metadata(job, batch, attempt)
     # The first epoch creates the quarantine table even when nothing fails, so that it
     # has a version to seal and the pipeline's epochs can reach COMMIT.
     engine._write(

@@ -55,19 +55,30 @@ def test_block_holds_the_chain_and_repeatable_read_at_the_last_good_epoch(tmp_pa
 
     rr = snapshot(env.catalog, ["orders", "per_customer"], "repeatable-read", spark=spark)
     assert rr.epoch == 1 and rr.table("orders").count() == 2
-    assert snapshot(env.catalog, ["orders"], "read-uncommitted", spark=spark).table("orders").count() == 4
-    assert snapshot(env.catalog, ["orders"], "read-committed", spark=spark).table("orders").count() == 2
+    assert (
+        snapshot(env.catalog, ["orders"], "read-uncommitted", spark=spark).table("orders").count()
+        == 4
+    )
+    assert (
+        snapshot(env.catalog, ["orders"], "read-committed", spark=spark).table("orders").count()
+        == 2
+    )
 
     # Still blocked on a rerun (validated again, not written again); then the expectation
     # is fixed and the pipeline moves on.
     rerun = env.runner.run_once()
     assert [s.action for s in rerun.recovered if s.table == "orders"] == ["blocked"]
     assert env.catalog.table_epoch("orders", 2).state is EpochState.PROCESSED
-    assert snapshot(env.catalog, ["orders"], "read-uncommitted", spark=spark).table("orders").count() == 4
+    assert (
+        snapshot(env.catalog, ["orders"], "read-uncommitted", spark=spark).table("orders").count()
+        == 4
+    )
     relaxed = shop(
         tmp_path,
         policy="block",
-        expectations=[gx.expectations.ExpectColumnValuesToBeBetween(column="amount", min_value=-10)],
+        expectations=[
+            gx.expectations.ExpectColumnValuesToBeBetween(column="amount", min_value=-10)
+        ],
     )
     fixed = Runner(relaxed, catalog=env.catalog, warehouse=env.runner.warehouse, spark=spark)
     result = fixed.run_once()
@@ -90,7 +101,9 @@ def test_quarantine_accounts_for_every_row(tmp_path, spark):
         for r in quarantined.table("orders_quarantine").collect()
     }
     assert set(rows) == {3, 4}
-    assert any("amount" in label for label in rows[3]) and any("customer" in label for label in rows[4])
+    assert any("amount" in label for label in rows[3]) and any(
+        "customer" in label for label in rows[4]
+    )
     commit = env.catalog.latest_commit()
     assert commit is not None and commit.epoch == 1 and "orders_quarantine" in commit.versions
     assert env.rows("per_customer", "customer", "n") == [("ann", 1), ("bob", 1)]
