@@ -25,7 +25,14 @@ from etl.delta_read import (
     read_table,
     table_version,
 )
-from etl.delta_write import DataFile, commit_files, merge_files, restore_table, write_files
+from etl.delta_write import (
+    DataFile,
+    commit_files,
+    merge_files,
+    remove_staging,
+    restore_table,
+    write_files,
+)
 
 __all__ = [
     "EPOCH_COLUMN",
@@ -38,6 +45,7 @@ __all__ = [
     "read_epochs",
     "read_pandas",
     "read_table",
+    "remove_staging",
     "restore_table",
     "table_version",
     "write_files",

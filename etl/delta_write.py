@@ -314,6 +314,28 @@ def write_files(
     return sorted((f for f in placed if f is not None), key=lambda f: f.path)
 
 
+def remove_staging(location: str) -> int:
+    """Delete staging directories a crashed write left in the table; returns how many.
+
+    Call only while holding the table's writer lease: a live write's staging is removed too.
+    Vacuum would never do it, since it leaves directories starting with an underscore alone.
+    """
+    location = normalize_location(location)
+    fs, root = _filesystem(location)
+    try:
+        entries = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    except OSError:
+        return 0
+    stale = [
+        e.path
+        for e in entries
+        if e.type == pafs.FileType.Directory and e.base_name.startswith(_STAGING_PREFIX)
+    ]
+    for path in stale:
+        fs.delete_dir(path)
+    return len(stale)
+
+
 def _check_write_options(
     df: DataFrame, location: str, *, partition_by: tuple[str, ...], file_prefix: str
 ) -> None:

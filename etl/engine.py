@@ -55,6 +55,7 @@ from etl.delta import (
     merge_files,
     read_epochs,
     read_table,
+    remove_staging,
     restore_table,
     table_version,
     write_files,
@@ -496,6 +497,7 @@ class EpochEngine:
         for table in tables:
             sealed = self.catalog.latest_written([table]).get(table)
             location = self.catalog.get_table(table).location
+            remove_staging(location)
             commits = log_commits(location, after_version=sealed.delta_version if sealed else None)
             states = [
                 s

@@ -36,6 +36,7 @@ from etl.delta import (
     read_epochs,
     read_pandas,
     read_table,
+    remove_staging,
     restore_table,
     table_version,
     write_files,
@@ -495,3 +496,20 @@ def test_write_options_are_checked(spark, tmp_path):
     with pytest.raises(InvalidWriteOptionError, match="not in the rows"):
         write_files(df, str(tmp_path), partition_by=["nope"], file_prefix="a")
     assert not any(Path(tmp_path).iterdir())
+
+
+def test_a_failed_write_leaves_no_file_and_stale_staging_is_removed(spark, tmp_path):
+    explode = F.udf(lambda x: x // 0 if x == 3 else x, "long")
+    with pytest.raises(Exception, match="ZeroDivisionError"):
+        write_files(
+            spark.range(5).select(explode("id").alias("id")), str(tmp_path), file_prefix="f"
+        )
+    assert list(tmp_path.iterdir()) == []
+
+    # What a process killed in the middle of a write leaves behind.
+    stale = tmp_path / "_delta_barrier_staging-f-0123" / "p=1"
+    stale.mkdir(parents=True)
+    (stale / "part-00000.parquet").write_bytes(b"half a file")
+    (tmp_path / "_delta_log").mkdir()
+    assert remove_staging(str(tmp_path)) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["_delta_log"]
