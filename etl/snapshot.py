@@ -4,6 +4,7 @@ and read every table through it, from Spark or from lighter engines.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -87,10 +88,20 @@ class SnapshotReader:
         location = self._check(name)
         version = self.snapshot.versions[name]
         if version is None:
-            raise SqlTablesError(
-                sql=name, problem=f"table {name!r} has no data at this snapshot yet"
-            )
+            # Nothing of the table is visible at this level yet (e.g. read-committed before
+            # its first sealed epoch): empty, never its uncommitted latest version.
+            from pyspark.sql.types import StructType
+
+            return session.createDataFrame([], StructType.fromJson(self._schema(name)))
         return read_table(session, location, version=version)
+
+    def _schema(self, name: str) -> dict:
+        schema_json = self.catalog.get_table(name).schema_json
+        if schema_json is None:
+            raise SqlTablesError(
+                sql=name, problem=f"table {name!r} has no data and no schema at this snapshot yet"
+            )
+        return json.loads(schema_json)
 
     def sql(self, query: str) -> DataFrame:
         """Run SQL over temporary views of the snapshot's tables (in a private Spark session)."""
@@ -104,6 +115,15 @@ class SnapshotReader:
         """The table as Arrow through delta-rs, without Spark (small data)."""
         location = self._check(name)
         version = self.snapshot.versions[name]
+        if version is None:
+            import pyarrow as pa
+            from deltalake import Schema
+
+            empty = Schema.from_json(json.dumps(self._schema(name))).to_arrow()
+            schema = pa.schema(empty)
+            if columns is not None:
+                schema = pa.schema([schema.field(c) for c in columns])
+            return schema.empty_table()
         return read_arrow(location, version=version, columns=columns)
 
     def pandas(self, name: str, *, columns: Sequence[str] | None = None) -> pd.DataFrame:

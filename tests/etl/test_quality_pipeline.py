@@ -6,6 +6,7 @@ import great_expectations as gx
 import pytest
 
 from catalog import EpochState
+from consistency import NoCommonEpochError
 from etl import Pipeline, Runner, snapshot
 from etl.quality import ExpectationError, QualityGate
 from tests.etl.test_jobs import Env, orders_pipeline
@@ -131,3 +132,20 @@ def test_an_expectation_that_raises_names_table_and_expectation(tmp_path, spark)
     assert isinstance(failure.exception, ExpectationError)
     assert "orders" in failure.error and "no_such_column" in failure.error
     assert env.catalog.table_epoch("orders", 1).state is EpochState.PROCESSED
+
+
+def test_a_table_never_sealed_reads_empty_below_read_uncommitted(tmp_path, spark):
+    env = Env(tmp_path, spark, shop(tmp_path, policy="block"))
+    env.drop(BAD)
+    assert [b.job for b in env.runner.run_once().blocked] == ["ingest_orders"]
+
+    committed = snapshot(env.catalog, ["orders"], "read-committed", spark=spark)
+    assert committed.versions["orders"] is None
+    assert committed.table("orders").count() == 0
+    assert committed.sql("SELECT count(*) AS n FROM orders").first()["n"] == 0
+    assert committed.arrow("orders").num_rows == 0
+    assert list(committed.pandas("orders", columns=["id"]).columns) == ["id"]
+    dirty = snapshot(env.catalog, ["orders"], "read-uncommitted", spark=spark)
+    assert dirty.table("orders").count() == 2 and dirty.arrow("orders").num_rows == 2
+    with pytest.raises(NoCommonEpochError):
+        snapshot(env.catalog, ["orders"], "repeatable-read", spark=spark)
