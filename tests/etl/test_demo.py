@@ -1,0 +1,65 @@
+"""``make demo`` (``python -m etl.demo``): it runs clean, repeatable-read never sees detail
+and totals disagree, and every malformed message ends up in the rejects table."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from deltalake import DeltaTable
+
+from etl.demo import MARKER, DemoError, main, prepare_warehouse
+
+ROW = re.compile(
+    r"│ (read-uncommitted|read-committed|repeatable-read)\s*│\s*(\d+)\s*│\s*(\d+|-)\s*│"
+    r"\s*(\d+)\s*│\s*(\d+)\s*│"
+)
+
+
+def tallies(stdout: str) -> dict[str, tuple[int, int, int]]:
+    """level -> (snapshots, disagreeing snapshots, rows off), from the printed table."""
+    return {m[1]: (int(m[2]), int(m[4]), int(m[5])) for m in ROW.finditer(stdout)}
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_the_demo_runs_clean_and_repeatable_read_never_disagrees(demo_run):
+    assert demo_run.returncode == 0, demo_run.explain()
+    seen = tallies(demo_run.stdout)
+    assert set(seen) == {"read-uncommitted", "read-committed", "repeatable-read"}, demo_run.stdout
+    snapshots, disagreeing, rows_off = seen["repeatable-read"]
+    assert snapshots > 0, "the checker never read at repeatable-read"
+    assert (disagreeing, rows_off) == (0, 0), demo_run.stdout
+    assert "demo ok" in demo_run.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_every_malformed_message_is_a_reject(demo_run):
+    assert demo_run.returncode == 0, demo_run.explain()
+    malformed = int(re.search(r"(\d+) malformed messages in", demo_run.stdout)[1])
+    assert malformed > 0
+    rejects = DeltaTable(str(demo_run.warehouse / "orders_rejects")).to_pyarrow_table()
+    assert rejects.num_rows == malformed
+    assert set(rejects.column("reason").to_pylist()) == {"decode", "schema"}
+
+
+def test_a_previous_demo_warehouse_is_replaced(tmp_path):
+    warehouse = tmp_path / "warehouse"
+    assert prepare_warehouse(warehouse) == "new warehouse"
+    (warehouse / "orders").mkdir()
+    assert prepare_warehouse(warehouse) == "replaced the previous demo's warehouse"
+    assert sorted(p.name for p in warehouse.iterdir()) == [MARKER]
+
+
+def test_a_directory_the_demo_did_not_make_is_never_deleted(tmp_path, capsys):
+    precious = tmp_path / "mine"
+    precious.mkdir()
+    (precious / "data.csv").write_text("1,2\n")
+    with pytest.raises(DemoError, match="refusing to delete"):
+        prepare_warehouse(precious)
+    assert main(["--seconds", "1", "--warehouse", str(precious)]) == 2
+    assert "refusing to delete" in capsys.readouterr().out
+    assert (precious / "data.csv").read_text() == "1,2\n"
