@@ -1,17 +1,24 @@
-"""Kafka ingest throughput: KafkaSource against a plain kafka-python consume loop.
+"""Kafka ingest throughput: the root table against a plain kafka-python consume loop,
+and a backlog caught up in one large slice against the same records in small epochs.
 
 Starts a local tansu broker, produces ``RECORDS`` small JSON records to a topic of
 ``PARTITIONS`` partitions (one producer process per core, batched), then times:
 
 (a) a plain kafka-python loop: one consumer assigned to every partition, reading from
     the beginning to the end and ``json.loads``-ing each value;
-(b) ``KafkaSource.cut`` + ``read`` and writing the rows (and rejects) to Spark's
-    ``noop`` sink: the whole slice is read, decoded and validated in Spark tasks.
+(b) one ``Runner.run_once`` of a pipeline whose ingest job reads the topic with a
+    ``KafkaSource``: the slice is cut and recorded, read, decoded and validated in Spark
+    tasks, and committed to the Delta root table (and its rejects table), then sealed.
 
 Prints records/s of both and the ratio (b)/(a) (target: at least 0.5). Spark start-up
 and the first Python workers are warmed up on a small topic before (b) is timed.
 
-Run: ``python -m bench.kafka_ingest_bench`` (or through ``python -m bench``).
+Then ``CATCH_UP_EPOCHS`` epochs are issued while ``CATCH_UP_RECORDS`` records arrive
+between their barriers, and the pending epochs are run into a fresh warehouse twice:
+one by one (a small slice each), and coalesced into one catch-up batch (one large slice,
+recorded with ``catch_up``). Prints both times and the speed-up.
+
+Run: ``python -m bench kafka_ingest`` (or ``python -m bench.kafka_ingest_bench``).
 """
 
 from __future__ import annotations
@@ -19,12 +26,16 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import tempfile
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 RECORDS = 1_000_000
 PARTITIONS = 4
 TARGET_RATIO = 0.5
+CATCH_UP_EPOCHS = 20
+CATCH_UP_RECORDS = 40_000
 SCHEMA = "id long not null, user string, amount double, country string, ts timestamp"
 
 
@@ -94,21 +105,89 @@ def _plain_consume(bootstrap: str, topic: str, records: int) -> float:
     return elapsed
 
 
-def _source_ingest(spark, bootstrap: str, topic: str) -> tuple[float, int, int]:
-    from etl.sources.base import SliceRequest
+def _runner(root: Path, spark, bootstrap: str, topic: str, *, backlog_threshold: int | None):
+    from catalog import load_catalog
+    from etl import Pipeline, Runner
     from etl.sources.kafka import KafkaSource
 
-    source = KafkaSource("bench", topics=[topic], bootstrap_servers=bootstrap, schema=SCHEMA)
-    start = time.perf_counter()
-    bounds = source.cut(
-        SliceRequest(epoch=1, first_epoch=1, barrier_ts=datetime.now(UTC), previous_bounds=None)
+    pipeline = Pipeline("bench")
+    pipeline.ingest(
+        "ingest",
+        source=KafkaSource("bench", topics=[topic], bootstrap_servers=bootstrap, schema=SCHEMA),
+        output="events",
     )
-    data = source.read(spark, bounds, epoch=1)
-    data.rows.write.format("noop").mode("overwrite").save()
-    assert data.rejects is not None
-    data.rejects.write.format("noop").mode("overwrite").save()
-    elapsed = time.perf_counter() - start
-    return elapsed, data.rows.count(), data.rejects.count()
+    warehouse = root / "warehouse"
+    runner = Runner(
+        pipeline,
+        catalog=load_catalog(None, warehouse=warehouse),
+        warehouse=str(warehouse),
+        spark=spark,
+        backlog_threshold=backlog_threshold,
+    )
+    runner.register()
+    return runner
+
+
+def _root_rows(runner) -> tuple[int, int]:
+    from deltalake import DeltaTable
+
+    counts = []
+    for table in ("events", "events_rejects"):
+        location = runner.catalog.get_table(table).location
+        counts.append(DeltaTable(location).to_pyarrow_dataset().count_rows())
+    return counts[0], counts[1]
+
+
+def _root_ingest(spark, bootstrap: str, topic: str) -> tuple[float, int, int]:
+    """One ``run_once`` into a fresh warehouse: seconds, root rows, rejects."""
+    with tempfile.TemporaryDirectory() as tmp:
+        runner = _runner(Path(tmp), spark, bootstrap, topic, backlog_threshold=None)
+        start = time.perf_counter()
+        result = runner.run_once()
+        elapsed = time.perf_counter() - start
+        if not result.ok:
+            raise SystemExit(f"the ingest run failed: {result.failures}")
+        rows, rejects = _root_rows(runner)
+    return elapsed, rows, rejects
+
+
+def _produce_epochs(bootstrap: str, topic: str) -> list[datetime]:
+    """Produce the catch-up records in ``CATCH_UP_EPOCHS`` waves; the barrier after each."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=1024 * 1024)
+    per_wave = CATCH_UP_RECORDS // CATCH_UP_EPOCHS
+    barriers = []
+    for wave in range(CATCH_UP_EPOCHS):
+        for i in range(wave * per_wave, (wave + 1) * per_wave):
+            producer.send(topic, _value(i), partition=i % PARTITIONS)
+        producer.flush()
+        barriers.append(datetime.now(UTC))
+        time.sleep(0.002)
+    producer.close()
+    return barriers
+
+
+def _catch_up(
+    spark, bootstrap: str, topic: str, barriers: list[datetime], *, backlog_threshold: int | None
+) -> tuple[float, int, int]:
+    """Run the pending epochs into a fresh warehouse: seconds, slices, catch-up slices."""
+    with tempfile.TemporaryDirectory() as tmp:
+        runner = _runner(Path(tmp), spark, bootstrap, topic, backlog_threshold=backlog_threshold)
+        for barrier in barriers:
+            runner.open_epoch(barrier)
+        with runner:
+            start = time.perf_counter()
+            result = runner.run_pending()
+            elapsed = time.perf_counter() - start
+        if not result.ok:
+            raise SystemExit(f"the catch-up run failed: {result.failures}")
+        rows, _ = _root_rows(runner)
+        if rows != CATCH_UP_RECORDS:
+            raise SystemExit(f"the catch-up run wrote {rows} rows, not {CATCH_UP_RECORDS}")
+        slices = [runner.catalog.get_slice("bench", e + 1) for e in range(len(barriers))]
+        recorded = [s for s in slices if s is not None]
+    return elapsed, len(recorded), sum(s.catch_up for s in recorded)
 
 
 def main(records: int = RECORDS) -> None:
@@ -118,7 +197,7 @@ def main(records: int = RECORDS) -> None:
     records -= records % PARTITIONS
     with TansuBroker() as broker:
         bootstrap = broker.bootstrap_servers
-        broker.create_topics({"bench": PARTITIONS, "warmup": PARTITIONS})
+        broker.create_topics({"bench": PARTITIONS, "warmup": PARTITIONS, "catchup": PARTITIONS})
         produce_s = _produce(bootstrap, "bench", records)
         print(f"produced {records:,} records in {produce_s:.1f}s ({records / produce_s:,.0f}/s)")
 
@@ -126,18 +205,32 @@ def main(records: int = RECORDS) -> None:
 
         spark = build_spark(app_name="kafka-ingest-bench", conf={"spark.ui.enabled": "false"})
         _produce(bootstrap, "warmup", 4_000)
-        _source_ingest(spark, bootstrap, "warmup")
-        source_s, rows, rejects = _source_ingest(spark, bootstrap, "bench")
+        _root_ingest(spark, bootstrap, "warmup")
+        source_s, rows, rejects = _root_ingest(spark, bootstrap, "bench")
         if rows != records or rejects:
-            raise SystemExit(f"KafkaSource read {rows} rows and {rejects} rejects, not {records}")
+            raise SystemExit(f"the root table has {rows} rows and {rejects} rejects, not {records}")
+
+        barriers = _produce_epochs(bootstrap, "catchup")
+        small_s, small_slices, _ = _catch_up(
+            spark, bootstrap, "catchup", barriers, backlog_threshold=None
+        )
+        large_s, large_slices, catch_up = _catch_up(
+            spark, bootstrap, "catchup", barriers, backlog_threshold=CATCH_UP_EPOCHS // 2
+        )
 
     plain_rate, source_rate = records / plain_s, records / source_s
     ratio = source_rate / plain_rate
-    print(f"{'path':<42} {'seconds':>8} {'records/s':>12}")
-    print(f"{'(a) kafka-python poll + json.loads':<42} {plain_s:>8.2f} {plain_rate:>12,.0f}")
-    print(f"{'(b) KafkaSource cut+read -> noop sink':<42} {source_s:>8.2f} {source_rate:>12,.0f}")
+    print(f"{'path':<46} {'seconds':>8} {'records/s':>12}")
+    print(f"{'(a) kafka-python poll + json.loads':<46} {plain_s:>8.2f} {plain_rate:>12,.0f}")
+    print(
+        f"{'(b) run_once: KafkaSource -> Delta root table':<46} {source_s:>8.2f} {source_rate:>12,.0f}"
+    )
     verdict = "ok" if ratio >= TARGET_RATIO else "BELOW TARGET"
     print(f"ratio (b)/(a): {ratio:.2f} (target >= {TARGET_RATIO}) {verdict}")
+    print(f"catch-up: {CATCH_UP_RECORDS:,} records behind {CATCH_UP_EPOCHS} pending epochs")
+    print(f"  small epochs     : {small_s:8.2f} s ({small_slices} slices)")
+    print(f"  one large slice  : {large_s:8.2f} s ({large_slices} slice, {catch_up} catch-up)")
+    print(f"  speed-up         : {small_s / large_s:8.1f}x")
 
 
 if __name__ == "__main__":

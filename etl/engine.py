@@ -148,8 +148,14 @@ class EpochEngine:
 
     def run_batch(self, job: Job, batch: EpochBatch, lease: Lease) -> BatchResult:
         epoch = self.catalog.get_epoch(batch.last)
-        state = self.catalog.table_epoch(job.output, batch.last)
-        attempt = state.attempt + 1 if state and state.state is EpochState.ROLLED_BACK else 1
+        # Any table of the job may hold the rolled-back attempt (a crash after a side
+        # output's commit leaves nothing of the epoch in the output): replay above all.
+        states = [
+            self.catalog.table_epoch(table, batch.last) for table in self.pipeline.tables_of(job)
+        ]
+        attempt = 1 + max(
+            (s.attempt for s in states if s and s.state is EpochState.ROLLED_BACK), default=0
+        )
         session = self.spark.newSession()
         written = _Written()
         meta = commit_metadata(job, batch, attempt)

@@ -1,13 +1,16 @@
 """Fault points: places where a test can make the process die abruptly.
 
 Set ``DELTA_BARRIER_FAULT=<point>`` (optionally ``<point>@<job>`` or
-``<point>@<job>:<epoch>``) and the process calls ``os._exit(FAULT_EXIT_CODE)`` when it
-reaches that point, exactly as a killed process would: no cleanup, no finally blocks.
+``<point>@<job>:<epoch>``, and optionally ``#<n>`` at the end to die on the n-th time a
+matching point is reached, e.g. after the last of several commits of an epoch) and the
+process calls ``os._exit(FAULT_EXIT_CODE)`` when it reaches that point, exactly as a
+killed process would: no cleanup, no finally blocks.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Literal
 
 FaultPoint = Literal[
@@ -20,11 +23,16 @@ FaultPoint = Literal[
 FAULT_ENV = "DELTA_BARRIER_FAULT"
 FAULT_EXIT_CODE = 86
 
+_reached = 0
+_reached_lock = threading.Lock()
+
 
 def maybe_crash(point: FaultPoint, *, job: str, epoch: int) -> None:
+    global _reached
     spec = os.environ.get(FAULT_ENV)
     if not spec:
         return
+    spec, _, nth = spec.partition("#")
     name, _, where = spec.partition("@")
     if name != point:
         return
@@ -33,4 +41,8 @@ def maybe_crash(point: FaultPoint, *, job: str, epoch: int) -> None:
         return
     if want_epoch and int(want_epoch) != epoch:
         return
+    with _reached_lock:
+        _reached += 1
+        if _reached < int(nth or 1):
+            return
     os._exit(FAULT_EXIT_CODE)

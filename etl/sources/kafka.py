@@ -46,6 +46,12 @@ Reading
     once, and nothing is collected on the driver. The checkpoint is freed when both
     DataFrames are garbage collected.
 
+Micro-batches
+    With ``max_records_per_micro_batch`` the engine commits a slice in consecutive pieces
+    of at most that many offsets (ranges in bounds order, split where a piece is full),
+    before sealing the epoch. The split depends on the recorded bounds only, so a replay
+    after a crash splits alike.
+
 Decoding
     ``value_format="json"`` parses each value and validates it against ``schema`` in the
     task: JSON types must match the Spark types (integers in range, strings for
@@ -65,7 +71,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -295,6 +301,7 @@ class KafkaSource(Source):
         late_records: LatePolicy = "next_epoch",
         backlog_records: int | None = None,
         max_records_per_task: int = 100_000,
+        max_records_per_micro_batch: int | None = None,
         consumer_options: Mapping[str, object] | None = None,
         timeout: timedelta = timedelta(seconds=60),
     ) -> None:
@@ -332,6 +339,8 @@ class KafkaSource(Source):
             raise bad("backlog_records must be at least 1 (or None)")
         if max_records_per_task < 1:
             raise bad("max_records_per_task must be at least 1")
+        if max_records_per_micro_batch is not None and max_records_per_micro_batch < 1:
+            raise bad("max_records_per_micro_batch must be at least 1 (or None)")
         fixed = _CONSUMER_FIXED_KEYS & set(consumer_options or {})
         if fixed:
             raise bad(f"consumer_options may not set {sorted(fixed)}: the source controls them")
@@ -348,6 +357,7 @@ class KafkaSource(Source):
         self.late_records: LatePolicy = late_records
         self.backlog_records = backlog_records
         self.max_records_per_task = max_records_per_task
+        self.max_records_per_micro_batch = max_records_per_micro_batch
         self.consumer_options = dict(consumer_options or {})
         self.timeout = timeout
         self.produces_rejects = (
@@ -597,6 +607,26 @@ class KafkaSource(Source):
             for tp in partitions
         )
         return behind > self.backlog_records
+
+    def micro_batches(self, bounds: Mapping[str, object]) -> Sequence[Mapping[str, object]]:
+        """Consecutive pieces of at most ``max_records_per_micro_batch`` offsets, in range order."""
+        size = self.max_records_per_micro_batch
+        parsed = _Bounds.parse(self.name, bounds)
+        if size is None or sum(r.end - r.start for r in parsed.ranges) <= size:
+            return (bounds,)
+        parts: list[list[_Range]] = [[]]
+        room = size
+        for r in parsed.ranges:
+            low = r.start
+            while low < r.end:
+                if room == 0:
+                    parts.append([])
+                    room = size
+                high = min(r.end, low + room)
+                parts[-1].append(_Range(r.topic, r.partition, low, high))
+                room -= high - low
+                low = high
+        return tuple(replace(parsed, ranges=tuple(part)).to_json() for part in parts)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -1021,7 +1051,7 @@ class _TaskPlan:
         tp = TopicPartition(piece.topic, piece.partition)
         consumer.assign([tp])
         consumer.seek(tp, piece.start)
-        builder = _BatchBuilder(self)
+        builder = _BatchBuilder(self, piece.topic, piece.partition)
         position = piece.start
         deadline = time.monotonic() + self.timeout_s
         while position < piece.end:
@@ -1077,10 +1107,17 @@ class _TaskPlan:
 
 
 class _BatchBuilder:
-    """Collects decoded records column by column and turns them into Arrow batches."""
+    """Collects the decoded records of one partition and turns them into Arrow batches.
 
-    def __init__(self, plan: _TaskPlan):
+    Per record it keeps only what varies (payload values, offset, timestamp; key and
+    headers if included) and a reject entry for rejects; whole columns are built at
+    ``flush``, which is much cheaper per record than filling every column one by one.
+    """
+
+    def __init__(self, plan: _TaskPlan, topic: str, partition: int):
         self.plan = plan
+        self.topic = topic
+        self.partition = partition
         self.schema = plan.arrow_schema
         payload = plan.payload
         self.members = _struct_members(payload, "") if payload is not None else None
@@ -1089,56 +1126,49 @@ class _BatchBuilder:
             if self.members is not None and plan.event_time_column
             else None
         )
-        self.columns: dict[str, list[object]] = {name: [] for name in self.schema.names}
         self.payload_names = [m[0] for m in self.members] if self.members is not None else ["value"]
-        self.size = 0
+        self.with_key = "_kafka_key" in self.schema.names
+        self.with_headers = "_kafka_headers" in self.schema.names
+        self._reset()
+
+    def _reset(self) -> None:
+        self.values: list[list[object] | None] = []
+        self.offsets: list[int] = []
+        self.timestamps: list[int | None] = []
+        self.keys: list[object] = []
+        self.headers: list[object] = []
+        self.rejects: dict[int, tuple[bytes | None, bytes | None, RejectReason, str]] = {}
+
+    @property
+    def size(self) -> int:
+        return len(self.offsets)
 
     def add(self, record: Any) -> None:
-        plan = self.plan
-        columns = self.columns
         key = record.key
-        reason: RejectReason | None = None
-        detail = None
         decoded_key: object = key
-        values: list[object] = []
         try:
-            if plan.key_format == "string" and key is not None:
+            if self.plan.key_format == "string" and key is not None:
                 try:
                     decoded_key = key.decode("utf-8")
                 except UnicodeDecodeError:
                     raise _Rejected("decode", "the key is not UTF-8") from None
-            values = self._decode_value(record.value)
+            values: list[object] | None = self._decode_value(record.value)
         except _Rejected as rejected:
-            reason, detail = rejected.reason, rejected.detail
+            values = None
+            self.rejects[len(self.offsets)] = (key, record.value, rejected.reason, rejected.detail)
         except _Invalid as invalid:
-            reason, detail = "schema", str(invalid)
-        if reason is None:
-            for name, value in zip(self.payload_names, values, strict=True):
-                columns[name].append(value)
-            columns[_KIND_TAG].append(None)
-            columns["_reject_detail"].append(None)
-            columns["_reject_key"].append(None)
-            columns["_reject_value"].append(None)
-        else:
-            for name in self.payload_names:
-                columns[name].append(None)
-            columns[_KIND_TAG].append(reason)
-            columns["_reject_detail"].append(detail)
-            columns["_reject_key"].append(key)
-            columns["_reject_value"].append(record.value)
-        columns["_kafka_topic"].append(record.topic)
-        columns["_kafka_partition"].append(record.partition)
-        columns["_kafka_offset"].append(record.offset)
-        columns["_kafka_timestamp"].append(
-            record.timestamp * 1000 if record.timestamp >= 0 else None
-        )
-        if "_kafka_key" in columns:
-            columns["_kafka_key"].append(decoded_key if reason is None else None)
-        if "_kafka_headers" in columns:
-            columns["_kafka_headers"].append(
-                [{"key": k, "value": v} for k, v in record.headers] if reason is None else None
+            values = None
+            self.rejects[len(self.offsets)] = (key, record.value, "schema", str(invalid))
+        self.values.append(values)
+        self.offsets.append(record.offset)
+        timestamp = record.timestamp
+        self.timestamps.append(timestamp * 1000 if timestamp >= 0 else None)
+        if self.with_key:
+            self.keys.append(decoded_key if values is not None else None)
+        if self.with_headers:
+            self.headers.append(
+                [{"key": k, "value": v} for k, v in record.headers] if values is not None else None
             )
-        self.size += 1
 
     def _decode_value(self, raw: bytes | None) -> list[object]:
         plan = self.plan
@@ -1180,12 +1210,32 @@ class _BatchBuilder:
     def flush(self) -> pa.RecordBatch:
         import pyarrow as pa
 
+        size = self.size
+        nulls: list[object] = [None] * len(self.payload_names)
+        rows = [v if v is not None else nulls for v in self.values]
+        columns: dict[str, object] = {name: [] for name in self.payload_names}
+        if rows:
+            columns.update(zip(self.payload_names, zip(*rows, strict=True), strict=True))
+        columns["_kafka_topic"] = [self.topic] * size
+        columns["_kafka_partition"] = [self.partition] * size
+        columns["_kafka_offset"] = self.offsets
+        columns["_kafka_timestamp"] = self.timestamps
+        columns["_kafka_key"] = self.keys
+        columns["_kafka_headers"] = self.headers
+        rejected = [None] * size, [None] * size, [None] * size, [None] * size
+        for index, reject in self.rejects.items():
+            for column, value in zip(rejected, reject, strict=True):
+                column[index] = value
+        (
+            columns["_reject_key"],
+            columns["_reject_value"],
+            columns[_KIND_TAG],
+            columns["_reject_detail"],
+        ) = rejected
         batch = pa.RecordBatch.from_arrays(
-            [pa.array(self.columns[f.name], type=f.type) for f in self.schema],
-            schema=self.schema,
+            [pa.array(columns[f.name], type=f.type) for f in self.schema], schema=self.schema
         )
-        self.columns = {name: [] for name in self.schema.names}
-        self.size = 0
+        self._reset()
         return batch
 
 
