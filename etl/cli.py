@@ -7,6 +7,7 @@ configuration error; 3 another run holds the pipeline (nothing was written).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -18,6 +19,7 @@ from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from catalog import Catalog, DeltaBarrierError, load_catalog
@@ -26,15 +28,22 @@ EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_BUSY = 0, 1, 2, 3
 
 app = typer.Typer(
     name="etl",
-    help="Delta Barrier: consistent multi-table ETL on Spark and Delta Lake.",
+    help="Delta Barrier: consistent multi-table ETL on Spark and Delta Lake.\n\n"
+    "Example: etl run examples/wordcount/pipeline.py --once --param input_dir=./incoming",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-catalog_app = typer.Typer(help="Catalog maintenance.", no_args_is_help=True)
+catalog_app = typer.Typer(
+    help="Catalog maintenance.\n\nExample: etl catalog upgrade --warehouse ./warehouse",
+    no_args_is_help=True,
+)
 app.add_typer(catalog_app, name="catalog")
 
 out = Console(soft_wrap=True)
+if not out.is_terminal:
+    # Piped or captured: tables take their natural width instead of truncating cells to 80.
+    out = Console(soft_wrap=True, width=1000)
 err = Console(stderr=True, soft_wrap=True)
 
 Warehouse = Annotated[
@@ -55,16 +64,26 @@ CatalogUrl = Annotated[
 ]
 
 
-class UsageError(Exception):
+class UsageError(DeltaBarrierError):
     """Bad input from the command line: exit 2 with the message."""
 
 
-def _open_catalog(warehouse: Path, catalog_url: str | None) -> Catalog:
+def _open_catalog(warehouse: Path, catalog_url: str | None, *, create: bool = False) -> Catalog:
+    """The catalog; only ``create`` (running a pipeline) may start a new embedded one."""
+    if catalog_url is None and not create:
+        from catalog.sql import CATALOG_FILE_NAME
+
+        if not (warehouse / CATALOG_FILE_NAME).is_file():
+            raise UsageError(
+                f"no catalog in warehouse {str(warehouse)!r} (no {CATALOG_FILE_NAME} there): "
+                "pass --warehouse DIR (or set ETL_WAREHOUSE) for a warehouse that has been "
+                "run, or --catalog URL"
+            )
     return load_catalog(catalog_url, warehouse=warehouse)
 
 
 def _fail(message: str, code: int) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
 
@@ -117,7 +136,7 @@ def run(
         float, typer.Option(help="Seconds between epochs with --continuous.", min=0.1)
     ] = 10.0,
     max_epochs: Annotated[
-        int | None, typer.Option(help="With --continuous: stop after this many epochs.")
+        int | None, typer.Option(help="With --continuous: stop after this many epochs.", min=1)
     ] = None,
     param: Annotated[
         list[str], typer.Option("--param", help="Pipeline parameter key=value (repeatable).")
@@ -131,6 +150,14 @@ def run(
     wait: Annotated[
         float, typer.Option(help="Seconds to wait for another run to release the pipeline.")
     ] = 0.0,
+    lease_ttl: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a job lease lasts unless renewed: after a crash, the next run "
+            "waits this long before it may take over.",
+            min=1.0,
+        ),
+    ] = 120.0,
 ) -> None:
     """Run a pipeline: once (for cron or Airflow) or continuously.
 
@@ -138,46 +165,44 @@ def run(
     """
     if once == continuous:
         raise UsageError("give exactly one of --once or --continuous")
+    if once and max_epochs is not None:
+        raise UsageError("--max-epochs goes with --continuous, not --once")
     from etl.loader import load_pipeline
 
     pipeline = load_pipeline(pipeline_file, _params(param))
-    from etl.errors import PipelineBusyError
     from etl.runner import Runner
     from etl.spark import build_spark
 
-    catalog = _open_catalog(warehouse, catalog_url)
+    catalog = _open_catalog(warehouse, catalog_url, create=True)
+    deadline = time.monotonic() + wait
+    # A busy pipeline is refused before Spark starts; acquiring the leases decides.
+    _retry_while_busy(lambda: _check_not_held(catalog, pipeline), deadline)
     spark = build_spark(master=master, app_name=f"etl-{pipeline.name}")
-    progress = _progress_printer()
+    stop = threading.Event()
+    if continuous:
+        # After Spark starts: its SparkContext installs a SIGINT handler of its own
+        # (cancel all jobs). Until here, Ctrl-C exits with 130 having written nothing.
+        def interrupt(signum, frame):  # first Ctrl-C: finish the epoch in flight
+            err.print("stopping: finishing the epochs in flight (Ctrl-C again to abort)")
+            stop.set()
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGTERM, interrupt)
     runner = Runner(
         pipeline,
         catalog=catalog,
         warehouse=str(warehouse.resolve()),
         spark=spark,
+        lease_ttl_seconds=lease_ttl,
         backlog_threshold=backlog_threshold,
-        on_batch=progress,
+        on_batch=_progress_printer(),
     )
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            runner.acquire()
-            break
-        except PipelineBusyError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(1.0)
+    _retry_while_busy(runner.acquire, deadline)
     try:
         if once:
             result = runner.run_once()
         else:
-            stop = threading.Event()
-
-            def interrupt(signum, frame):  # first Ctrl-C: finish the epoch in flight
-                err.print("stopping: finishing the epochs in flight (Ctrl-C again to abort)")
-                stop.set()
-                signal.signal(signal.SIGINT, signal.default_int_handler)
-
-            signal.signal(signal.SIGINT, interrupt)
-            signal.signal(signal.SIGTERM, interrupt)
             result = runner.run_continuous(
                 epoch_interval=epoch_interval, stop=stop, max_epochs=max_epochs
             )
@@ -192,11 +217,42 @@ def run(
     )
     for batch in result.blocked:
         err.print(
-            f"[yellow]blocked:[/] job {batch.job} epoch {batch.epoch}: {batch.blocked_reason}"
+            f"[yellow]blocked:[/] job {batch.job} epoch {batch.epoch}: "
+            + escape(str(batch.blocked_reason))
         )
     for failure in result.failures:
-        err.print(f"[bold red]failed:[/] job {failure.job} epoch {failure.epoch}: {failure.error}")
+        err.print(
+            f"[bold red]failed:[/] job {failure.job} epoch {failure.epoch}: "
+            + escape(failure.error)
+        )
     raise typer.Exit(result.exit_code)
+
+
+def _check_not_held(catalog: Catalog, pipeline) -> None:
+    """PipelineBusyError if another run holds an unexpired lease of one of the jobs."""
+    from datetime import UTC
+
+    from etl.errors import PipelineBusyError
+
+    now = datetime.now(UTC)
+    for job in pipeline.ordered_jobs():
+        lease = catalog.get_lease(job.name)
+        if lease is not None and lease.expires_at > now:
+            raise PipelineBusyError(pipeline=pipeline.name, job=job.name, owner=lease.owner)
+
+
+def _retry_while_busy(attempt, deadline: float) -> None:
+    """Call ``attempt`` until another run stops holding the pipeline or ``deadline`` passes."""
+    from etl.errors import PipelineBusyError
+
+    while True:
+        try:
+            attempt()
+            return
+        except PipelineBusyError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(1.0)
 
 
 def _progress_printer():
@@ -226,39 +282,14 @@ def status(
 
     Example: etl status --format json
     """
-    from etl.report import status_rows, to_json
+    from etl.report import status_rows, status_table, to_json
 
     with _open_catalog(warehouse, catalog_url) as catalog:
         rows = status_rows(catalog)
     if format == "json":
         out.print_json(to_json(rows))
         return
-    table = Table(title="tables")
-    for column in (
-        "table",
-        "kind",
-        "writer",
-        "processed",
-        "written",
-        "lag (epochs)",
-        "lag (s)",
-        "last commit",
-        "blocked",
-    ):
-        table.add_column(column)
-    for r in rows:
-        table.add_row(
-            r.table,
-            r.kind,
-            r.writer_job or "-",
-            _text(r.latest_processed),
-            _text(r.latest_written),
-            _text(r.lag_epochs),
-            f"{r.lag_seconds:.1f}" if r.lag_seconds is not None else "-",
-            _text(r.last_commit),
-            r.blocked or "",
-        )
-    out.print(table)
+    out.print(status_table(rows))
 
 
 @app.command()
@@ -314,26 +345,31 @@ def sql(
             from datetime import UTC
 
             when = when.replace(tzinfo=UTC)
+    from pyspark.errors.exceptions.captured import CapturedException
+    from pyspark.logger import PySparkLogger
+
     from etl.snapshot import snapshot
     from etl.spark import build_spark
 
     with _open_catalog(warehouse, catalog_url) as catalog:
-        reader = snapshot(
-            catalog,
-            query,
-            level,
-            spark=build_spark(master=master, app_name="etl-sql"),
-            as_of_epoch=as_of_epoch,
-            as_of_time=when,
-        )
+        # Resolved before Spark starts: an unknown table or epoch is reported at once.
+        reader = snapshot(catalog, query, level, as_of_epoch=as_of_epoch, as_of_time=when)
         err.print(
             f"level={reader.level.value} epoch={reader.epoch if reader.epoch is not None else '-'} "
             f"versions={json.dumps(dict(reader.versions), sort_keys=True)}",
             highlight=False,
         )
-        frame = reader.sql(query).limit(limit)
-        columns = frame.columns
-        rows = [tuple(r) for r in frame.toLocalIterator()]
+        build_spark(master=master, app_name="etl-sql")  # the session the reader then uses
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+            # Query errors are reported below in one line, not as a logged Java stack trace.
+            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+        try:
+            frame = reader.sql(query).limit(limit)
+            columns = frame.columns
+            rows = [tuple(r) for r in frame.toLocalIterator()]
+        except CapturedException as exc:  # Spark's analysis, parse and runtime errors
+            problem = str(exc).strip().splitlines()[0]
+            raise UsageError(f"Spark cannot run the query: {problem}") from None
     _print_rows(columns, rows, format)
 
 
@@ -351,7 +387,7 @@ def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
         for column in columns:
             table.add_column(column)
         for row in rows:
-            table.add_row(*(_text(v) for v in row))
+            table.add_row(*(escape(_text(v)) for v in row))
         out.print(table)
 
 
@@ -362,14 +398,16 @@ def epochs(
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
     format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
-    last: Annotated[int, typer.Option(help="Show the newest N epochs.")] = 50,
+    last: Annotated[int, typer.Option(help="Show the newest N epochs.", min=1)] = 50,
 ) -> None:
     """A table's epochs: state, Delta version, rows, validation and times.
 
     Example: etl epochs word_counts --last 10
     """
     with _open_catalog(warehouse, catalog_url) as catalog:
-        catalog.get_table(table)
+        known = sorted(t.name for t in catalog.list_tables())
+        if table not in known:
+            raise UsageError(f"unknown table {table!r}; the catalog has {known}")
         states = catalog.table_epochs(table)[-last:]
         checks = {v.epoch: v for v in catalog.validations(table)}
         barrier = (
@@ -391,7 +429,7 @@ def epochs(
                 else ("passed" if checks[s.epoch].success else "failed")
                 + f" ({checks[s.epoch].policy})"
             ),
-            "barrier_ts": barrier.get(s.epoch).isoformat() if barrier.get(s.epoch) else None,
+            "barrier_ts": ts.isoformat() if (ts := barrier.get(s.epoch)) else None,
             "updated_at": s.updated_at.isoformat() if s.updated_at else None,
         }
         for s in states
@@ -439,7 +477,10 @@ def recover(
 ) -> None:
     """Bring the catalog and the tables back into agreement after a crash.
 
-    Example: etl recover examples/wordcount/pipeline.py
+    Seals complete but unrecorded epochs and rolls partial ones back; the next
+    `etl run` replays a rolled-back epoch from its recorded slice.
+
+    Example: etl recover examples/wordcount/pipeline.py --param input_dir=./incoming
     """
     from etl.loader import load_pipeline
     from etl.runner import Runner
@@ -447,6 +488,7 @@ def recover(
 
     pipeline = load_pipeline(pipeline_file, _params(param))
     catalog = _open_catalog(warehouse, catalog_url)
+    _check_not_held(catalog, pipeline)  # before Spark starts
     runner = Runner(
         pipeline,
         catalog=catalog,
@@ -459,6 +501,8 @@ def recover(
         typer.echo("nothing to recover: catalog and tables agree")
     for step in result.recovered:
         typer.echo(f"{step.table}: {step.action} epoch(s) {', '.join(map(str, step.epochs))}")
+    if any(step.action == "rolled back" for step in result.recovered):
+        typer.echo("the next `etl run` replays the rolled-back epochs from their recorded slices")
 
 
 @catalog_app.command("upgrade")
@@ -466,7 +510,10 @@ def recover(
 def catalog_upgrade(
     warehouse: Warehouse = Path("warehouse"), catalog_url: CatalogUrl = None
 ) -> None:
-    """Migrate the catalog database to this version's schema."""
+    """Migrate the catalog database to this version's schema.
+
+    Example: etl catalog upgrade --catalog postgresql://etl@db-host/etl
+    """
     from catalog import SCHEMA_VERSION, SqlCatalog
 
     catalog = SqlCatalog.open_for_upgrade(catalog_url, warehouse=warehouse)

@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
+from rich.table import Table
+
 from catalog import Catalog, EpochState
 
 
@@ -40,25 +42,18 @@ def status_rows(catalog: Catalog) -> list[TableStatusRow]:
         blocked = None
         validation = status.latest_validation
         processed = status.latest_processed
+        # GateOutcome.summary(): "blocking" lists the failed expectations that keep the
+        # epoch from being sealed (empty under `warn`, or when the rest could be sealed).
+        blocking = validation.results.get("blocking") if validation is not None else None
         if (
             validation is not None
-            and not validation.success
+            and isinstance(blocking, list)
+            and blocking
             and processed is not None
             and processed.epoch == validation.epoch
             and processed.state is EpochState.PROCESSED
         ):
-            failed = (
-                [
-                    name
-                    for name, result in (validation.results.get("expectations") or {}).items()
-                    if isinstance(result, dict) and not result.get("success", True)
-                ]
-                if isinstance(validation.results.get("expectations"), dict)
-                else []
-            )
-            blocked = f"epoch {validation.epoch} failed validation" + (
-                f": {', '.join(failed)}" if failed else ""
-            )
+            blocked = f"epoch {validation.epoch} failed validation: {', '.join(map(str, blocking))}"
         rows.append(
             TableStatusRow(
                 table=status.table,
@@ -74,6 +69,40 @@ def status_rows(catalog: Catalog) -> list[TableStatusRow]:
             )
         )
     return rows
+
+
+def status_table(rows: list[TableStatusRow]) -> Table:
+    """The status rows as a Rich table (what ``etl status`` prints)."""
+    table = Table(title="tables")
+    for column in (
+        "table",
+        "kind",
+        "writer",
+        "processed",
+        "written",
+        "lag (epochs)",
+        "lag (s)",
+        "last commit",
+        "blocked",
+    ):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            r.table,
+            r.kind,
+            r.writer_job or "-",
+            _text(r.latest_processed),
+            _text(r.latest_written),
+            _text(r.lag_epochs),
+            f"{r.lag_seconds:.1f}" if r.lag_seconds is not None else "-",
+            _text(r.last_commit),
+            r.blocked or "",
+        )
+    return table
+
+
+def _text(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def to_json(rows: list) -> str:
@@ -103,8 +132,8 @@ def lineage_graph(catalog: Catalog) -> dict[str, list[dict[str, str]]]:
         for table in (job.output, *job.side_outputs):
             nodes.setdefault(table, "table")
             edges.append({"from": job.name, "to": table})
-    for table in catalog.list_tables():
-        nodes.setdefault(table.name, "table")
+    for info in catalog.list_tables():
+        nodes.setdefault(info.name, "table")
     return {
         "nodes": [{"name": n, "kind": k} for n, k in sorted(nodes.items())],
         "edges": edges,
@@ -131,7 +160,7 @@ def lineage_text(graph: dict, *, fmt: str) -> str:
     for edge in graph["edges"]:
         outgoing.setdefault(edge["from"], []).append(edge["to"])
     targets = {e["to"] for e in graph["edges"]}
-    lines: list[str] = []
+    lines = []
 
     def walk(node: str, depth: int, path: tuple[str, ...]) -> None:
         lines.append(f"{'  ' * depth}{node} ({kinds.get(node, '?')})")
