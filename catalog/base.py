@@ -141,7 +141,9 @@ class Catalog(ABC):
         """
 
     @abstractmethod
-    def seal(self, job: str, generation: int, requests: Sequence[SealRequest]) -> CommitManifest | None:
+    def seal(
+        self, job: str, generation: int, requests: Sequence[SealRequest]
+    ) -> CommitManifest | None:
         """Seal epochs WRITTEN, atomically, for one job (its output and side outputs).
 
         Checks the lease generation first (StaleLeaseError: zombie fencing). WRITTEN

@@ -135,7 +135,9 @@ class UnknownEpochError(CatalogError):
 class EpochStateError(CatalogError):
     """An epoch state transition that the state machine does not allow."""
 
-    def __init__(self, *, table: str, epoch: int, current: str | None, requested: str, why: str = ""):
+    def __init__(
+        self, *, table: str, epoch: int, current: str | None, requested: str, why: str = ""
+    ):
         self.table = table
         self.epoch = epoch
         self.current = current

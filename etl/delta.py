@@ -27,6 +27,7 @@ from etl.delta_read import (
 )
 from etl.delta_write import (
     DataFile,
+    MergeWrite,
     commit_files,
     merge_files,
     remove_staging,
@@ -38,6 +39,7 @@ __all__ = [
     "EPOCH_COLUMN",
     "SUPPORTED_READER_FEATURES",
     "DataFile",
+    "MergeWrite",
     "commit_files",
     "log_commits",
     "merge_files",

@@ -550,6 +550,16 @@ def _version_of_transaction(
     return version
 
 
+@dataclass(frozen=True)
+class MergeWrite:
+    """What :func:`merge_files` wrote: files to add and to remove in one commit."""
+
+    adds: list[DataFile]
+    removes: list[str]
+    upserted: int
+    """Rows of the updates (inserted or replacing a row), not the rows copied along."""
+
+
 def merge_files(
     spark: SparkSession,
     location: str,
@@ -560,13 +570,14 @@ def merge_files(
     partition_by: Sequence[str] = (),
     file_prefix: str,
     check_unique_keys: bool = True,
-) -> tuple[list[DataFile], list[str]]:
+) -> MergeWrite:
     """Copy-on-write keyed upsert against the table at ``version``.
 
     Finds (distributed: a semi-join on ``keys`` reporting each row's file; only distinct
     file paths reach the driver) the files that hold a key of ``updates``, and writes their
-    rows minus the updated keys plus every row of ``updates``. Returns (new files, relative
-    paths of the replaced files): commit both with :func:`commit_files` (``removes=``).
+    rows minus the updated keys plus every row of ``updates``. Returns the new files and
+    the relative paths of the replaced files (commit both with :func:`commit_files`,
+    ``removes=``) and how many rows ``updates`` held.
 
     ``updates`` must have the table's columns and at most one row per key. With
     ``check_unique_keys`` (default) that is checked with one aggregation over ``updates``
@@ -628,10 +639,11 @@ def merge_files(
             )
             merged = kept.unionAll(rows)
         adds = write_files(merged, location, partition_by=partition_by, file_prefix=file_prefix)
+        upserted = rows.count()
     finally:
         if persisted:
             rows.unpersist()
-    return adds, [f.path for f in touched]
+    return MergeWrite(adds=adds, removes=[f.path for f in touched], upserted=upserted)
 
 
 def _check_unique_keys(rows: DataFrame, location: str, keys: list[str]) -> None:

@@ -417,7 +417,7 @@ class EpochEngine:
         removes: Sequence[str] = ()
         if mode == "merge" and current is not None:
             base = written.versions.get(table, current)
-            files, removes = merge_files(
+            merged = merge_files(
                 self.spark,
                 location,
                 version=base,
@@ -426,9 +426,10 @@ class EpochEngine:
                 partition_by=job.partition_by,
                 file_prefix=prefix,
             )
+            files, removes, rows = merged.adds, merged.removes, merged.upserted
         else:
             files = write_files(frame, location, partition_by=job.partition_by, file_prefix=prefix)
-        rows = sum(f.rows for f in files)
+            rows = sum(f.rows for f in files)
         needs_commit = current is None or bool(files) or bool(removes) or mode == "overwrite"
         if not needs_commit:
             written.rows[table] = written.rows.get(table, 0)

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
+from rich.markup import escape
 from rich.table import Table
 
 from catalog import Catalog, EpochState
@@ -96,7 +97,7 @@ def status_table(rows: list[TableStatusRow]) -> Table:
             _text(r.lag_epochs),
             f"{r.lag_seconds:.1f}" if r.lag_seconds is not None else "-",
             _text(r.last_commit),
-            r.blocked or "",
+            escape(r.blocked or ""),
         )
     return table
 

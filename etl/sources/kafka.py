@@ -1222,7 +1222,7 @@ class _BatchBuilder:
         columns["_kafka_timestamp"] = self.timestamps
         columns["_kafka_key"] = self.keys
         columns["_kafka_headers"] = self.headers
-        rejected = [None] * size, [None] * size, [None] * size, [None] * size
+        rejected: tuple[list[object], ...] = tuple([None] * size for _ in range(4))
         for index, reject in self.rejects.items():
             for column, value in zip(rejected, reject, strict=True):
                 column[index] = value

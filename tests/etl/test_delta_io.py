@@ -274,7 +274,7 @@ def test_merge_rewrites_only_files_holding_updated_keys(spark, tmp_path):
         ],
         SCHEMA,
     )
-    adds, removed = merge_files(
+    merged = merge_files(
         spark,
         location,
         version=0,
@@ -283,6 +283,8 @@ def test_merge_rewrites_only_files_holding_updated_keys(spark, tmp_path):
         partition_by=["name"],
         file_prefix="m1",
     )
+    adds, removed = merged.adds, merged.removes
+    assert merged.upserted == 4 and sum(f.rows for f in adds) > 4
     # Exactly the files holding keys 2 and 7 are replaced.
     assert {str(tmp_path / p) for p in removed} == {
         spark_file_path(file_of[2]),
@@ -471,7 +473,7 @@ def test_files_outside_the_hive_layout_take_partition_values_from_the_log(spark,
 
     # A merge finds the files that hold its keys there too.
     updates = spark.createDataFrame([(1, 1, "new")], "id long, p int, v string")
-    adds, removed = merge_files(
+    merged = merge_files(
         spark,
         str(tmp_path),
         version=0,
@@ -480,6 +482,7 @@ def test_files_outside_the_hive_layout_take_partition_values_from_the_log(spark,
         partition_by=["p"],
         file_prefix="h2",
     )
+    adds, removed = merged.adds, merged.removes
     (holder,) = [f.path for f in moved if f.partition_values == {"p": "1"}]
     assert removed == [holder]
     _commit(tmp_path, df, adds, 2, partition_by=["p"], removes=removed)

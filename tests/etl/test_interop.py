@@ -86,7 +86,7 @@ def versions(spark, tmp_path_factory) -> tuple[str, list[int]]:
     updates = spark.createDataFrame(
         [_row(11, 3, "moved"), _row(22, 3, "x=y"), _row(99, 3, None)], SCHEMA
     )
-    adds, removes = merge_files(
+    merged = merge_files(
         spark,
         location,
         version=written[-1],
@@ -95,8 +95,8 @@ def versions(spark, tmp_path_factory) -> tuple[str, list[int]]:
         partition_by=PARTITION_BY,
         file_prefix="3",
     )
-    assert removes
-    written.append(commit(updates, adds, 3, removes=removes))
+    assert merged.removes
+    written.append(commit(updates, merged.adds, 3, removes=merged.removes))
     fresh = spark.createDataFrame([_row(i, 4, names[i % 4]) for i in range(40, 44)], SCHEMA)
     files = write_files(fresh, location, partition_by=PARTITION_BY, file_prefix="4")
     written.append(commit(fresh, files, 4, mode="overwrite"))

@@ -33,7 +33,9 @@ class Env:
     def __init__(self, root: Path, spark, pipeline: Pipeline):
         self.incoming = root / "incoming"
         self.catalog = load_catalog(None, warehouse=root / "warehouse")
-        self.runner = Runner(pipeline, catalog=self.catalog, warehouse=str(root / "warehouse"), spark=spark)
+        self.runner = Runner(
+            pipeline, catalog=self.catalog, warehouse=str(root / "warehouse"), spark=spark
+        )
         self.spark = spark
         self._n = 0
 
@@ -85,7 +87,9 @@ def test_append_merge_and_overwrite_modes(tmp_path, spark):
         mode="overwrite",
     )
     env = Env(tmp_path, spark, pipeline)
-    env.drop([{"id": 1, "customer": "ann", "amount": 5.0}, {"id": 2, "customer": "bob", "amount": 20.0}])
+    env.drop(
+        [{"id": 1, "customer": "ann", "amount": 5.0}, {"id": 2, "customer": "bob", "amount": 20.0}]
+    )
     assert env.runner.run_once().ok
     env.drop([{"id": 3, "customer": "ann", "amount": 30.0}])
     assert env.runner.run_once().ok
@@ -143,7 +147,9 @@ def test_transform_errors_name_the_job_and_epoch(tmp_path, spark):
     (failure,) = result.failures
     assert failure.job == "broken" and failure.epoch == 1
     assert isinstance(failure.exception, TransformError)
-    assert "job 'broken'" in failure.error and "epoch 1" in failure.error and "boom" in failure.error
+    assert (
+        "job 'broken'" in failure.error and "epoch 1" in failure.error and "boom" in failure.error
+    )
     # The root job still sealed its epoch: a failing consumer holds nobody back upstream.
     assert env.catalog.table_epoch("orders", 1).state is EpochState.WRITTEN
 
@@ -157,7 +163,9 @@ def test_transform_errors_name_the_job_and_epoch(tmp_path, spark):
 )
 def test_bad_output_columns_are_refused(tmp_path, spark, query, problem):
     pipeline = orders_pipeline(tmp_path / "incoming")
-    pipeline.sql("bad", output="bad", query=query, inputs=["orders"], mode="merge", keys=["customer"])
+    pipeline.sql(
+        "bad", output="bad", query=query, inputs=["orders"], mode="merge", keys=["customer"]
+    )
     env = Env(tmp_path, spark, pipeline)
     env.drop([{"id": 1, "customer": "a", "amount": 1.0}])
     (failure,) = env.runner.run_once().failures
@@ -208,7 +216,10 @@ def test_a_slow_job_does_not_hold_back_upstream_epochs(tmp_path, spark):
     sealed_while_slow: list[int] = []
 
     def watch(batch):
-        if batch.job == "ingest_orders" and env.catalog.latest_written(["slow"]).get("slow") is None:
+        if (
+            batch.job == "ingest_orders"
+            and env.catalog.latest_written(["slow"]).get("slow") is None
+        ):
             sealed_while_slow.append(batch.epoch)
 
     env.runner.on_batch = watch
