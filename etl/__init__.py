@@ -7,6 +7,7 @@ Spark do not pay for importing PySpark.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 # Eager: importing the submodule etl.snapshot would bind the package attribute `snapshot`
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from etl.errors import (
         EtlError,
         JobError,
+        JobExecutionError,
         OutputSchemaError,
         PipelineBusyError,
         PipelineDefinitionError,
@@ -32,6 +34,9 @@ if TYPE_CHECKING:
     from etl.sources.files import FileSource
     from etl.spark import build_spark
 
+# A library leaves logging to its user (no "No handlers" fallback printing to stderr).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
 _EXPORTS = {
     "BatchResult": "etl.engine",
     "EpochContext": "etl.pipeline",
@@ -41,6 +46,7 @@ _EXPORTS = {
     "Input": "etl.pipeline",
     "Job": "etl.pipeline",
     "JobError": "etl.errors",
+    "JobExecutionError": "etl.errors",
     "JobFailure": "etl.runner",
     "OutputSchemaError": "etl.errors",
     "Pipeline": "etl.pipeline",
@@ -70,6 +76,7 @@ __all__ = [
     "Input",
     "Job",
     "JobError",
+    "JobExecutionError",
     "JobFailure",
     "OutputSchemaError",
     "Pipeline",

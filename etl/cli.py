@@ -400,7 +400,7 @@ def epochs(
     format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
     last: Annotated[int, typer.Option(help="Show the newest N epochs.", min=1)] = 50,
 ) -> None:
-    """A table's epochs: state, Delta version, rows, validation and times.
+    """A table's epochs: state, Delta version, rows, validation, times, catch-up slices.
 
     Example: etl epochs word_counts --last 10
     """
@@ -415,6 +415,14 @@ def epochs(
             if states
             else {}
         )
+        source = next(
+            (j.source for j in catalog.list_jobs() if j.output == table and j.source), None
+        )
+        slices = {
+            s.epoch: recorded
+            for s in states
+            if source and (recorded := catalog.get_slice(source, s.epoch)) is not None
+        }
     records = [
         {
             "epoch": s.epoch,
@@ -423,6 +431,7 @@ def epochs(
             "rows": s.rows,
             "attempt": s.attempt,
             "coalesced_into": s.coalesced_into,
+            "catch_up": slices[s.epoch].catch_up if s.epoch in slices else None,
             "validation": (
                 None
                 if s.epoch not in checks
@@ -438,31 +447,16 @@ def epochs(
         typer.echo(json.dumps(records, indent=2))
         return
     view = Table(title=f"epochs of {table}")
-    for column in (
-        "epoch",
-        "state",
-        "delta_version",
-        "rows",
-        "attempt",
-        "validation",
-        "barrier_ts",
-    ):
+    columns = ("epoch", "state", "delta_version", "rows", "attempt", "validation", "barrier_ts")
+    for column in columns:
         view.add_column(column)
+    if slices:
+        view.add_column("slice")
     for record in records:
-        view.add_row(
-            *(
-                _text(record[c])
-                for c in (
-                    "epoch",
-                    "state",
-                    "delta_version",
-                    "rows",
-                    "attempt",
-                    "validation",
-                    "barrier_ts",
-                )
-            )
-        )
+        cells = [_text(record[c]) for c in columns]
+        if slices:
+            cells.append("catch-up" if record["catch_up"] else "")
+        view.add_row(*cells)
     out.print(view)
 
 

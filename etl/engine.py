@@ -60,7 +60,13 @@ from etl.delta import (
     table_version,
     write_files,
 )
-from etl.errors import DeltaBarrierError, OutputSchemaError, SchemaMismatchError, TransformError
+from etl.errors import (
+    DeltaBarrierError,
+    JobExecutionError,
+    OutputSchemaError,
+    SchemaMismatchError,
+    TransformError,
+)
 from etl.faults import maybe_crash
 from etl.pipeline import EpochContext, Job, Pipeline
 
@@ -147,6 +153,15 @@ class EpochEngine:
     # -- running a batch ---------------------------------------------------------------
 
     def run_batch(self, job: Job, batch: EpochBatch, lease: Lease) -> BatchResult:
+        """Run one batch of the job; a failure raises a JobError naming job and epoch."""
+        try:
+            return self._run_batch(job, batch, lease)
+        except DeltaBarrierError:
+            raise
+        except Exception as exc:
+            raise JobExecutionError(job=job.name, epoch=batch.last, cause=exc) from exc
+
+    def _run_batch(self, job: Job, batch: EpochBatch, lease: Lease) -> BatchResult:
         epoch = self.catalog.get_epoch(batch.last)
         # Any table of the job may hold the rolled-back attempt (a crash after a side
         # output's commit leaves nothing of the epoch in the output): replay above all.

@@ -148,16 +148,37 @@ class JobError(EtlError):
         super().__init__(message)
 
 
+def _cause_summary(cause: BaseException) -> str:
+    """One line for an operator: a Python worker's traceback is cut to its last line."""
+    text = str(cause).split("JVM stacktrace:")[0]
+    if "Traceback (most recent call last)" in text:
+        lines = [line for line in text.splitlines() if line.strip()]
+        text = lines[-1].strip() if lines else text
+    return f"{type(cause).__name__}: {text.strip()}"
+
+
 class TransformError(JobError):
-    """The user's transform raised."""
+    """The user's transform raised while the job built its result."""
 
     def __init__(self, *, job: str, epoch: int, cause: BaseException):
         self.cause = cause
         super().__init__(
-            f"job {job!r} failed in its transform at epoch {epoch}: "
-            f"{type(cause).__name__}: {cause}",
+            f"job {job!r} failed in its transform at epoch {epoch}: {_cause_summary(cause)}",
             job=job,
             epoch=epoch,
+        )
+
+
+class JobExecutionError(JobError):
+    """The job's Spark work failed, e.g. a Python UDF raised while its rows were written.
+
+    ``cause`` keeps the full error (with the worker's traceback); the message has its last line.
+    """
+
+    def __init__(self, *, job: str, epoch: int, cause: BaseException):
+        self.cause = cause
+        super().__init__(
+            f"job {job!r} failed at epoch {epoch}: {_cause_summary(cause)}", job=job, epoch=epoch
         )
 
 

@@ -16,6 +16,7 @@ from catalog import EpochState, load_catalog
 from etl import (
     FileSource,
     Input,
+    JobExecutionError,
     OutputSchemaError,
     Pipeline,
     PipelineDefinitionError,
@@ -152,6 +153,23 @@ def test_transform_errors_name_the_job_and_epoch(tmp_path, spark):
     )
     # The root job still sealed its epoch: a failing consumer holds nobody back upstream.
     assert env.catalog.table_epoch("orders", 1).state is EpochState.WRITTEN
+
+
+def test_a_udf_failing_while_rows_are_written_names_job_epoch_and_cause(tmp_path, spark):
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    invert = F.udf(lambda amount: 1 / (amount - 1.0), "double")
+
+    @pipeline.job("inverted", output="inverted", inputs=["orders"])
+    def inverted(ctx):
+        return ctx["orders"].select("id", invert("amount").alias("inverse"))
+
+    env = Env(tmp_path, spark, pipeline)
+    env.drop([{"id": 1, "customer": "a", "amount": 1.0}])
+    (failure,) = env.runner.run_once().failures
+    assert isinstance(failure.exception, JobExecutionError)
+    assert failure.error.startswith("job 'inverted' failed at epoch 1: ")
+    assert "ZeroDivisionError" in failure.error and "Traceback" not in failure.error
+    assert env.catalog.table_epoch("inverted", 1) is None
 
 
 @pytest.mark.parametrize(

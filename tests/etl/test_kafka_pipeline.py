@@ -10,6 +10,7 @@ import pytest
 
 from catalog import EpochState
 from tests.etl.kafka_env import make_orders, order
+from tests.etl.test_cli import etl
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -170,6 +171,19 @@ def test_a_backlog_is_caught_up_in_large_slices_then_epochs_are_small_again(
         (1, 5), (4, 30), (5, 300), (6, 3)
     ]  # fmt: skip
     assert len(orders.rows("orders")) == 338
+
+    # Operators see which epochs were catch-up: `etl epochs` (no Spark needed).
+    shown = etl("epochs", "orders", "--format", "json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    listed = {r["epoch"]: (r["state"], r["catch_up"]) for r in json.loads(shown.stdout)}
+    assert listed == {
+        1: ("WRITTEN", False),
+        2: ("COALESCED", None),
+        3: ("COALESCED", None),
+        4: ("WRITTEN", True),
+        5: ("WRITTEN", True),
+        6: ("WRITTEN", False),
+    }
 
 
 def test_micro_batches_split_a_slice_in_order_and_cover_it_exactly(spark):
