@@ -148,9 +148,10 @@ def _repeatable_read(
     # Every common WRITTEN epoch C satisfies C <= E at each step: initially E is the
     # smallest "latest WRITTEN", and a table's newest WRITTEN epoch at or before E is
     # >= C. E strictly decreases until every table answers E itself, which is then the
-    # newest common epoch. Each step is one latest_written call (O(tables * log n)).
+    # newest common epoch. Each step is one latest_written call (O(tables * log n)) for
+    # the tables not at E yet: a table at E stays there.
     start = history.latest_written(names, at_or_before=at_or_before)
-    rows = start
+    rows = dict(start)
     while True:
         if len(rows) < len(names):
             raise NoCommonEpochError(
@@ -159,9 +160,11 @@ def _repeatable_read(
                 at_or_before=at_or_before,
             )
         epoch = min(row.epoch for row in rows.values())
-        if all(row.epoch == epoch for row in rows.values()):
+        ahead = [t for t in names if rows[t].epoch != epoch]
+        if not ahead:
             break
-        rows = history.latest_written(names, at_or_before=epoch)
+        found = history.latest_written(ahead, at_or_before=epoch)
+        rows = {t: row for t, row in rows.items() if t not in ahead} | found
     return Snapshot(
         level=Level.REPEATABLE_READ,
         versions={t: rows[t].delta_version for t in names},
