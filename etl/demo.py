@@ -498,7 +498,11 @@ def print_report(result: DemoResult, catalog: Catalog) -> None:
         )
     verdict = "[bold green]ok[/]" if result.ok else "[bold red]FAILED[/]"
     out.print(f"demo {verdict}; the warehouse stays in {result.warehouse}", highlight=False)
-    out.print("explore it: jupyter lab notebooks/explore.ipynb", highlight=False)
+    out.print(
+        'explore it: notebooks/explore.ipynb (Jupyter kernel "Delta Barrier"), or run it '
+        "headless: .venv/bin/jupyter execute notebooks/explore.ipynb",
+        highlight=False,
+    )
 
 
 @dataclass(frozen=True)

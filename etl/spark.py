@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -18,9 +19,9 @@ _BASE_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.shuffle.partitions": "8",
     "spark.ui.showConsoleProgress": "false",
-    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
 }
+_LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def build_spark(
@@ -36,10 +37,17 @@ def build_spark(
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name).master(
-        master or os.environ.get("ETL_SPARK_MASTER") or DEFAULT_MASTER
-    )
-    for key, value in {**_BASE_CONF, **(conf or {})}.items():
+    master = master or os.environ.get("ETL_SPARK_MASTER") or DEFAULT_MASTER
+    if master.startswith("local"):
+        # Everything runs in this process: bind to loopback, not the host's first address.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name).master(master)
+    driver_options = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={_LOG_CONFIG.as_uri()}"
+    for key, value in {
+        **_BASE_CONF,
+        "spark.driver.extraJavaOptions": driver_options,
+        **(conf or {}),
+    }.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
