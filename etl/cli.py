@@ -432,6 +432,9 @@ def epochs(
             "attempt": s.attempt,
             "coalesced_into": s.coalesced_into,
             "catch_up": slices[s.epoch].catch_up if s.epoch in slices else None,
+            "failed_expectations": (
+                checks[s.epoch].results.get("failed_expectations") if s.epoch in checks else None
+            ),
             "validation": (
                 None
                 if s.epoch not in checks

@@ -630,6 +630,11 @@ def test_status_names_the_expectations_that_block_an_epoch(tmp_path):
     }
     table = etl("status", "--warehouse", warehouse, cwd=tmp_path).stdout
     assert "epoch 1 failed validation: not_null(id), between(amount, 0, 100)" in table
+    for name, policy in (("orders", "block"), ("events", "warn")):
+        shown = etl("epochs", name, "--format", "json", "--warehouse", warehouse, cwd=tmp_path)
+        (record,) = json.loads(shown.stdout)
+        assert record["state"] == "PROCESSED" and record["validation"] == f"failed ({policy})"
+        assert record["failed_expectations"] == ["not_null(id)"]
 
 
 # -- bad input -------------------------------------------------------------------------
