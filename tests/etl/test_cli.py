@@ -14,7 +14,6 @@ import pty
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -28,11 +27,10 @@ from catalog import Catalog, EpochState, JobSpec, TableSpec, ValidationRecord, l
 from etl.faults import FAULT_ENV, FAULT_EXIT_CODE
 from etl.quality import GateOutcome
 from etl.snapshot import snapshot
+from tests.etl.cli_runner import REPO, etl, start
 
 pytestmark = [pytest.mark.spark]
 
-REPO = Path(__file__).resolve().parents[2]
-ETL = Path(sys.executable).with_name("etl")
 WORDCOUNT = REPO / "examples" / "wordcount" / "pipeline.py"
 TABLES = ("words", "word_counts", "cnt_counts")
 COLUMNS = {
@@ -46,45 +44,6 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # epochs 4 and 5 are empty, epoch 6 is opened but not processed by any job.
 FIRST = {"a.txt": ["apple", "pear", "apple"], "b.txt": ["fig", "apple"]}
 LATER = {"d.txt": ["pear", "kiwi"]}
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "ETL_WAREHOUSE", "ETL_CATALOG_URL", FAULT_ENV)
-    }
-    # PYTHONPATH: the crash pipeline file imports the example's build().
-    env.update(
-        PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(REPO), ETL_SPARK_MASTER="local[2]", **extra
-    )
-    return env
-
-
-def etl(*args: str | Path, cwd: Path, timeout: float = 600, **env: str):
-    """Run the real ``etl`` command to completion."""
-    result = subprocess.run(
-        [str(ETL), *map(str, args)],
-        cwd=cwd,
-        env=_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    return result
-
-
-def start(*args: str | Path, cwd: Path, **popen) -> subprocess.Popen:
-    return subprocess.Popen(
-        [str(ETL), *map(str, args)],
-        cwd=cwd,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=popen.pop("stderr", subprocess.PIPE),
-        text=True,
-        **popen,
-    )
 
 
 def drop(incoming: Path, files: dict[str, list[str]]) -> None:

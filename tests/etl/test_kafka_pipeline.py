@@ -9,8 +9,8 @@ import time
 import pytest
 
 from catalog import EpochState
+from tests.etl.cli_runner import etl
 from tests.etl.kafka_env import make_orders, order
-from tests.etl.test_cli import etl
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
