@@ -31,7 +31,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 demo: $(STAMP)
-	$(BIN)/python -m etl.demo
+	$(BIN)/python -m examples.shop.demo
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

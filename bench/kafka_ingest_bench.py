@@ -191,8 +191,8 @@ def _catch_up(
 
 
 def main(records: int = RECORDS) -> None:
-    from etl.sources.kafka_broker import TansuBroker
     from etl.spark import build_spark
+    from tests.support.tansu import TansuBroker
 
     records -= records % PARTITIONS
     with TansuBroker() as broker:

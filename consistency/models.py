@@ -10,7 +10,7 @@ from typing import Literal
 
 
 class Level(StrEnum):
-    """Consistency levels a reader may ask for (PRODUCT.md, "Reading")."""
+    """Consistency levels a reader may ask for (docs/design.md, "Reading")."""
 
     READ_UNCOMMITTED = "read-uncommitted"
     READ_COMMITTED = "read-committed"
@@ -125,6 +125,14 @@ META_ATTEMPT = "delta_barrier.attempt"
 META_FINAL = "delta_barrier.final"
 META_BATCH = "delta_barrier.batch"
 META_ROLLBACK_OF = "delta_barrier.rollback_of"
+# Written by the Delta layer besides the keys above. The app/txn pair lets an idempotent
+# commit find the version that recorded it; RESTORED_TO marks a rollback to "before
+# version 0" (an overwrite removing every file, since Delta cannot RESTORE to a version
+# that never existed).
+META_APP_ID = "delta_barrier.app_id"
+META_TXN_VERSION = "delta_barrier.txn_version"
+META_COMMIT_ID = "delta_barrier.commit_id"
+META_RESTORED_TO = "delta_barrier.restored_to"
 
 BEFORE_FIRST_VERSION = -1
 """``LogCommit.restored_to`` of a rollback that emptied a table: the state before version 0."""

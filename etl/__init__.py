@@ -1,104 +1,64 @@
 """The Spark/Delta runtime of Delta Barrier: pipelines, jobs, the runner and consistent reads.
 
 Names are imported on first use, so that ``etl status`` and other commands that need no
-Spark do not pay for importing PySpark.
+Spark do not pay for importing PySpark. :data:`_EXPORTS` is the one list of the public
+names, each with the module that defines it.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from typing import TYPE_CHECKING, Any
-
-# Eager: importing the submodule etl.snapshot would bind the package attribute `snapshot`
-# to the module, shadowing the function.
-from etl.snapshot import SnapshotReader, snapshot, tables_in_sql
-
-if TYPE_CHECKING:
-    from etl.engine import BatchResult, EpochEngine, RecoveryStep
-    from etl.errors import (
-        EtlError,
-        JobError,
-        JobExecutionError,
-        OutputSchemaError,
-        PipelineBusyError,
-        PipelineDefinitionError,
-        PipelineLoadError,
-        SourceError,
-        SqlTablesError,
-        TransformError,
-    )
-    from etl.pipeline import EpochContext, Input, Job, Pipeline, param, parameters
-    from etl.runner import JobFailure, Runner, RunResult
-    from etl.sources.base import SliceData, SliceRequest, Source
-    from etl.sources.files import FileSource
-    from etl.spark import build_spark
+from typing import Any
 
 # A library leaves logging to its user (no "No handlers" fallback printing to stderr).
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-_EXPORTS = {
-    "BatchResult": "etl.engine",
-    "EpochContext": "etl.pipeline",
-    "EpochEngine": "etl.engine",
-    "EtlError": "etl.errors",
-    "FileSource": "etl.sources.files",
-    "Input": "etl.pipeline",
+_EXPORTS: dict[str, str] = {
+    # defining a pipeline
+    "Pipeline": "etl.pipeline",
     "Job": "etl.pipeline",
+    "Input": "etl.pipeline",
+    "EpochContext": "etl.pipeline",
+    "param": "etl.pipeline",
+    "parameters": "etl.pipeline",
+    "QualityGate": "etl.quality",
+    # sources
+    "Source": "etl.sources.base",
+    "SliceRequest": "etl.sources.base",
+    "SliceData": "etl.sources.base",
+    "FileSource": "etl.sources.files",
+    "KafkaSource": "etl.sources.kafka",
+    "DeltaTableSource": "etl.sources.delta_table",
+    # running it
+    "Runner": "etl.runner",
+    "RunResult": "etl.runner",
+    "JobFailure": "etl.runner",
+    "BatchResult": "etl.engine",
+    "BatchOutcome": "etl.engine",
+    "RecoveryStep": "etl.engine",
+    "StepAction": "etl.engine",
+    "build_spark": "etl.spark",
+    # reading consistently
+    "snapshot": "etl.reader",
+    "SnapshotReader": "etl.reader",
+    "tables_in_sql": "etl.reader",
+    # errors
+    "EtlError": "etl.errors",
+    "InternalError": "etl.errors",
     "JobError": "etl.errors",
     "JobExecutionError": "etl.errors",
-    "JobFailure": "etl.runner",
     "OutputSchemaError": "etl.errors",
-    "Pipeline": "etl.pipeline",
     "PipelineBusyError": "etl.errors",
     "PipelineDefinitionError": "etl.errors",
     "PipelineLoadError": "etl.errors",
-    "RecoveryStep": "etl.engine",
-    "RunResult": "etl.runner",
-    "Runner": "etl.runner",
-    "SliceData": "etl.sources.base",
-    "SliceRequest": "etl.sources.base",
-    "Source": "etl.sources.base",
+    "QualityError": "etl.errors",
     "SourceError": "etl.errors",
     "SqlTablesError": "etl.errors",
     "TransformError": "etl.errors",
-    "build_spark": "etl.spark",
-    "param": "etl.pipeline",
-    "parameters": "etl.pipeline",
 }
 
-__all__ = [
-    "BatchResult",
-    "EpochContext",
-    "EpochEngine",
-    "EtlError",
-    "FileSource",
-    "Input",
-    "Job",
-    "JobError",
-    "JobExecutionError",
-    "JobFailure",
-    "OutputSchemaError",
-    "Pipeline",
-    "PipelineBusyError",
-    "PipelineDefinitionError",
-    "PipelineLoadError",
-    "RecoveryStep",
-    "RunResult",
-    "Runner",
-    "SliceData",
-    "SliceRequest",
-    "SnapshotReader",
-    "Source",
-    "SourceError",
-    "SqlTablesError",
-    "TransformError",
-    "build_spark",
-    "param",
-    "parameters",
-    "snapshot",
-    "tables_in_sql",
-]
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
@@ -108,3 +68,7 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

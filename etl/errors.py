@@ -1,4 +1,8 @@
-"""Errors of the Spark/Delta runtime (``etl``). All derive from :class:`EtlError`."""
+"""Errors of the Spark/Delta runtime (``etl``). All derive from :class:`EtlError`.
+
+Delta I/O, pipeline definition and running, sources and data quality each have their own
+branch; :class:`InternalError` marks a bug (an invariant that does not hold).
+"""
 
 from __future__ import annotations
 
@@ -12,14 +16,40 @@ __all__ = [
     "DeltaIOError",
     "DuplicateMergeKeyError",
     "EtlError",
+    "ExpectationError",
+    "GateDefinitionError",
+    "InternalError",
     "InvalidWriteOptionError",
+    "JobError",
+    "JobExecutionError",
+    "OutputSchemaError",
+    "PipelineBusyError",
+    "PipelineDefinitionError",
+    "PipelineLoadError",
+    "QualityError",
+    "QuarantineMismatchError",
     "SchemaMismatchError",
+    "SourceError",
+    "SqlTablesError",
+    "TransformError",
     "UnsupportedTableFeatureError",
+    "UsageError",
 ]
 
 
 class EtlError(DeltaBarrierError):
     """A problem in the Spark/Delta runtime."""
+
+
+class InternalError(EtlError):
+    """An invariant of the runtime does not hold: a bug in Delta Barrier, not in the input.
+
+    The ``etl`` command exits 1 and asks for a report.
+    """
+
+
+class UsageError(EtlError):
+    """Bad input from the command line: the ``etl`` command exits 2 with the message."""
 
 
 class DeltaIOError(EtlError):
@@ -204,3 +234,67 @@ class SqlTablesError(EtlError):
     def __init__(self, *, sql: str, problem: str):
         self.sql = sql
         super().__init__(f"{problem} (in: {sql[:200]!r})")
+
+
+# -- data quality ----------------------------------------------------------------------
+
+
+class QualityError(EtlError):
+    """A data-quality gate cannot be defined or run."""
+
+    def __init__(self, table: str, message: str):
+        self.table = table
+        super().__init__(f"quality gate of table {table!r}: {message}")
+
+
+class GateDefinitionError(QualityError):
+    """The gate's policy or expectations are not usable; raised when the gate is built."""
+
+    def __init__(self, table: str, reason: str, *, expectation: str | None = None):
+        self.reason = reason
+        self.expectation = expectation
+        where = f"expectation {expectation}: " if expectation else ""
+        super().__init__(table, where + reason)
+
+
+class ExpectationError(QualityError):
+    """GX raised while evaluating an expectation (e.g. its column does not exist).
+
+    The epoch is neither passed nor failed: the gate itself is wrong for these rows.
+    """
+
+    def __init__(self, table: str, expectation: str, reason: str, *, epoch: int | None = None):
+        self.expectation = expectation
+        self.reason = reason
+        self.epoch = epoch
+        at = f" at epoch {epoch}" if epoch is not None else ""
+        super().__init__(
+            table,
+            f"expectation {expectation} could not be evaluated{at}: {reason}. "
+            "Fix the expectation or the table's schema; the epoch stays unsealed",
+        )
+
+
+class QuarantineMismatchError(QualityError):
+    """A quarantine predicate disagrees with GX's unexpected count: the split would be wrong."""
+
+    def __init__(
+        self,
+        table: str,
+        expectation: str,
+        *,
+        epoch: int,
+        gx_unexpected: int | None,
+        predicate_rows: int,
+    ):
+        self.expectation = expectation
+        self.epoch = epoch
+        self.gx_unexpected = gx_unexpected
+        self.predicate_rows = predicate_rows
+        super().__init__(
+            table,
+            f"epoch {epoch}: the quarantine predicate of expectation {expectation} selects "
+            f"{predicate_rows} rows but Great Expectations counted {gx_unexpected} unexpected; "
+            "refusing to split the epoch. The installed GX version evaluates this expectation "
+            "differently from etl.quality's translation: use policy 'block' for this table",
+        )

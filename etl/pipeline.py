@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 from catalog import JobSpec, TableSpec, WriteMode, validate_name
 from etl.errors import PipelineDefinitionError
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from etl.quality import QualityGate
 
 InputRead = Literal["slice", "snapshot"]
-_WRITE_MODES = ("append", "merge", "overwrite")
+_WRITE_MODES: tuple[str, ...] = get_args(WriteMode)
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class Job:
             raise PipelineDefinitionError(f"job {self.name!r}: a derived job needs a transform")
         for item in self.inputs:
             validate_name(item.table, kind="table")
-            if item.read not in (None, "slice", "snapshot"):
+            if item.read is not None and item.read not in get_args(InputRead):
                 raise PipelineDefinitionError(
                     f"job {self.name!r}: input {item.table!r} read must be 'slice' or 'snapshot'"
                 )

@@ -6,9 +6,6 @@ import json
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from rich.markup import escape
-from rich.table import Table
-
 from catalog import Catalog, EpochState
 
 
@@ -72,41 +69,8 @@ def status_rows(catalog: Catalog) -> list[TableStatusRow]:
     return rows
 
 
-def status_table(rows: list[TableStatusRow]) -> Table:
-    """The status rows as a Rich table (what ``etl status`` prints)."""
-    table = Table(title="tables")
-    for column in (
-        "table",
-        "kind",
-        "writer",
-        "processed",
-        "written",
-        "lag (epochs)",
-        "lag (s)",
-        "last commit",
-        "blocked",
-    ):
-        table.add_column(column)
-    for r in rows:
-        table.add_row(
-            r.table,
-            r.kind,
-            r.writer_job or "-",
-            _text(r.latest_processed),
-            _text(r.latest_written),
-            _text(r.lag_epochs),
-            f"{r.lag_seconds:.1f}" if r.lag_seconds is not None else "-",
-            _text(r.last_commit),
-            escape(r.blocked or ""),
-        )
-    return table
-
-
-def _text(value: object) -> str:
-    return "-" if value is None else str(value)
-
-
 def to_json(rows: list) -> str:
+    """Rows of dataclasses as JSON (datetimes in ISO-8601, states by name)."""
     return json.dumps([asdict(r) for r in rows], default=_json_default, indent=2)
 
 

@@ -25,8 +25,8 @@ from pyspark.sql import SparkSession
 
 from catalog import Catalog, Epoch, EpochState, Lease, LeaseHeldError
 from consistency import EpochBatch, plan_batches
-from etl.engine import BatchResult, EpochEngine, RecoveryStep
-from etl.errors import DeltaBarrierError, PipelineBusyError
+from etl.engine import BatchResult, EpochEngine, RecoveryStep, recover
+from etl.errors import InternalError, PipelineBusyError
 from etl.pipeline import Job, Pipeline
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class Runner:
         with self._lease_lock:
             lease = self._leases.get(job.name)
             if lease is None:
-                raise DeltaBarrierError(f"runner does not hold the lease of job {job.name!r}")
+                raise InternalError(f"runner does not hold the lease of job {job.name!r}")
             if (
                 lease.expires_at - _now(lease.expires_at)
             ).total_seconds() < self.lease_ttl_seconds / 2:
@@ -157,7 +157,7 @@ class Runner:
     def recover(self) -> RunResult:
         steps: list[RecoveryStep] = []
         for job in self.pipeline.ordered_jobs():
-            steps.extend(self.engine.recover(job, self._lease(job)))
+            steps.extend(recover(self.engine, job, self._lease(job)))
         return RunResult(recovered=tuple(steps))
 
     def open_epoch(self, barrier_ts: datetime | None = None) -> Epoch:

@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from catalog import validate_name
-from etl.delta_read import active_files, check_supported, normalize_location, open_table, scan
+from etl.delta.layout import normalize_location
+from etl.delta.log import active_files, check_supported, open_table
+from etl.delta.read import scan
 from etl.errors import SourceError
 from etl.sources.base import SliceData, SliceRequest, Source
 

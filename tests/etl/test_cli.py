@@ -26,8 +26,8 @@ import pytest
 from catalog import Catalog, EpochState, JobSpec, TableSpec, ValidationRecord, load_catalog
 from etl.faults import FAULT_ENV, FAULT_EXIT_CODE
 from etl.quality import GateOutcome
-from etl.snapshot import snapshot
-from tests.etl.cli_runner import REPO, etl, start
+from etl.reader import snapshot
+from tests.support.cli_runner import REPO, etl, start
 
 pytestmark = [pytest.mark.spark]
 

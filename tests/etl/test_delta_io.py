@@ -41,8 +41,8 @@ from etl.delta import (
     table_version,
     write_files,
 )
-from etl.delta_read import spark_file_path
-from etl.delta_write import _string_upper_bound
+from etl.delta.layout import spark_file_path
+from etl.delta.write import _string_upper_bound
 from etl.errors import (
     CommitConflictError,
     DeltaIOError,

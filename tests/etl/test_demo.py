@@ -1,4 +1,4 @@
-"""``make demo`` (``python -m etl.demo``): it runs clean, repeatable-read never sees detail
+"""``make demo`` (``python -m examples.shop.demo``): it runs clean, repeatable-read never sees detail
 and totals disagree, and every malformed message ends up in the rejects table."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 import pytest
 from deltalake import DeltaTable
 
-from etl.demo import MARKER, DemoError, main, prepare_warehouse
+from examples.shop.demo import MARKER, DemoError, main, prepare_warehouse
 
 ROW = re.compile(
     r"│ (read-uncommitted|read-committed|repeatable-read)\s*│\s*(\d+)\s*│\s*(\d+|-)\s*│"

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from catalog import EpochState
-from tests.etl.cli_runner import etl
-from tests.etl.kafka_env import make_orders, order
+from tests.support.cli_runner import etl
+from tests.support.kafka_env import make_orders, order
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -9,12 +9,12 @@ import great_expectations as gx
 import pytest
 from great_expectations import expectations as gxe
 
-from etl import quality
 from etl.quality import (
     ExpectationError,
     GateDefinitionError,
     QualityGate,
     QuarantineMismatchError,
+    rules,
     run_gate,
 )
 
@@ -274,9 +274,9 @@ def test_the_shared_context_does_not_reuse_results_across_epochs(spark, rows):
 def test_a_predicate_that_disagrees_with_gx_stops_the_split(spark, rows, monkeypatch):
     # A deliberately wrong translation: the gate must refuse it rather than mis-quarantine.
     monkeypatch.setitem(
-        quality._ROW_RULES,
+        rules.ROW_RULES,
         "expect_column_values_to_be_in_set",
-        quality._RowRule(lambda column, expectation: column.isin(["new"]), skips_nulls=False),
+        rules.RowRule(lambda column, expectation: column.isin(["new"]), skips_nulls=False),
     )
     gate = QualityGate(
         "orders",

@@ -14,11 +14,11 @@ import pytest
 from catalog import EpochState
 from etl.faults import FAULT_ENV, FAULT_EXIT_CODE
 from examples.wordcount.checks import violations
-from tests.etl.wordcount_env import make_chain, table_rows
+from tests.support.wordcount_env import make_chain, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.recovery, pytest.mark.slow]
 
-CHILD = Path(__file__).with_name("crash_child.py")
+CHILD = Path(__file__).parents[1] / "support" / "crash_child.py"
 FIRST = [("a.txt", ["apple", "pear", "apple"]), ("b.txt", ["fig"])]
 SECOND = [("c.txt", ["pear", "kiwi"]), ("d.txt", ["apple", "fig", "fig"])]
 

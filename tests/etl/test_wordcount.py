@@ -12,7 +12,7 @@ from catalog import EpochState, UnknownEpochError
 from consistency import Level
 from consistency.errors import EpochNotReadableError
 from examples.wordcount.checks import violations
-from tests.etl.wordcount_env import make_chain, table_rows
+from tests.support.wordcount_env import make_chain, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.consistency]
 

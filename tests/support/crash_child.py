@@ -1,10 +1,10 @@
 """Run one epoch in a child process that may be told to crash (DELTA_BARRIER_FAULT).
 
 Usage:
-    python tests/etl/crash_child.py ROOT
-        the word-count chain of tests/etl/wordcount_env.py;
-    python tests/etl/crash_child.py --kafka BOOTSTRAP TOPIC MICRO_BATCH ROOT
-        the orders pipeline of tests/etl/kafka_env.py, reading TOPIC from the broker at
+    python tests/support/crash_child.py ROOT
+        the word-count chain of tests/support/wordcount_env.py;
+    python tests/support/crash_child.py --kafka BOOTSTRAP TOPIC MICRO_BATCH ROOT
+        the orders pipeline of tests/support/kafka_env.py, reading TOPIC from the broker at
         BOOTSTRAP in micro-batches of at most MICRO_BATCH records.
 """
 
@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
         conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
     )
     if argv[0] == "--kafka":
-        from tests.etl.kafka_env import make_orders
+        from tests.support.kafka_env import make_orders
 
         bootstrap, topic, micro_batch, root = argv[1:]
         runner = make_orders(
@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
             max_records_per_micro_batch=int(micro_batch),
         ).runner
     else:
-        from tests.etl.wordcount_env import make_chain
+        from tests.support.wordcount_env import make_chain
 
         runner = make_chain(Path(argv[0]), spark, files_per_micro_batch=1).runner
     runner.lease_ttl_seconds = 1.0

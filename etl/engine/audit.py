@@ -14,46 +14,50 @@ Results are kept in the catalog per (table, epoch) in every case.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
 from catalog import ValidationRecord
-from consistency import EpochBatch
-from etl.delta_read import EPOCH_COLUMN, active_files, open_table, read_epochs, scan, table_version
-from etl.delta_write import write_files
-from etl.engine import AuditVerdict, commit_metadata
+from etl.delta import (
+    EPOCH_COLUMN,
+    active_files,
+    open_table,
+    read_epochs,
+    scan,
+    table_version,
+    write_files,
+)
+from etl.engine.commit import AUDIT_PART, BatchWrite, EpochWriter, current_version
 from etl.quality import run_gate
 
 if TYPE_CHECKING:
-    from catalog import Lease
-    from etl.engine import EpochEngine, _Written
-    from etl.pipeline import Job
-
-# Micro-batch index of the commit that takes quarantined rows out of the output: above
-# every real micro-batch, so its app transaction version is the epoch's highest.
-AUDIT_BATCH = 4095
+    from etl.quality import QualityGate
 
 
-def audit_epoch(
-    engine: EpochEngine,
-    job: Job,
-    batch: EpochBatch,
-    attempt: int,
-    lease: Lease,
-    written: _Written,
-) -> AuditVerdict:
-    gate = engine.pipeline.gates[job.output]
-    location = engine.catalog.get_table(job.output).location
+@dataclass(frozen=True)
+class AuditVerdict:
+    """A quality gate's decision on one batch, and the batch's writes after the audit."""
+
+    written: BatchWrite
+    blocked_reason: str | None = None
+    quarantined: int = 0
+
+
+def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditVerdict:
+    """Validate the batch's rows of the gate's table; quarantine failing rows if the policy says."""
+    job, batch, catalog = writer.job, writer.batch, writer.catalog
+    location = catalog.get_table(job.output).location
     version = written.versions.get(job.output)
     if version is None:
-        version = engine._current_version(job.output)
-    session = engine.spark.newSession()
+        version = current_version(catalog, job.output)
+    session = writer.spark.newSession()
     rows = read_epochs(
         session, location, version=version, first_epoch=batch.first, last_epoch=batch.last
     )
     outcome = run_gate(session, gate, rows, epoch=batch.last)
-    engine.catalog.record_validation(
+    catalog.record_validation(
         ValidationRecord(
             table=job.output,
             epoch=batch.last,
@@ -64,32 +68,26 @@ def audit_epoch(
         )
     )
     if not outcome.success:
-        return AuditVerdict(blocked_reason=outcome.blocked_reason)
+        return AuditVerdict(written, blocked_reason=outcome.blocked_reason)
     if outcome.quarantined is None or outcome.passing is None:
-        return AuditVerdict()
+        return AuditVerdict(written)
     assert gate.quarantine_table is not None
-    quarantine_location = engine.catalog.get_table(gate.quarantine_table).location
+    quarantine_location = catalog.get_table(gate.quarantine_table).location
     if not outcome.quarantined_count and table_version(quarantine_location) is not None:
-        return AuditVerdict()
+        return AuditVerdict(written)
 
-    meta = commit_metadata(job, batch, attempt)
     # The first epoch creates the quarantine table even when nothing fails, so that it
     # has a version to seal and the pipeline's epochs can reach COMMIT.
-    engine._write(
-        job,
-        gate.quarantine_table,
-        outcome.quarantined,
-        batch,
-        attempt,
-        0,
-        True,
-        meta,
-        lease,
+    written = writer.write(
         written,
+        table=gate.quarantine_table,
+        frame=outcome.quarantined,
+        part=0,
+        final=True,
         mode="append",
     )
     if not outcome.quarantined_count:
-        return AuditVerdict()
+        return AuditVerdict(written)
     # Rewrite the files that hold the epoch: their rows of other epochs (a merge rewrites
     # whole files) plus the epoch's passing rows.
     table = open_table(location, version=version)
@@ -107,30 +105,21 @@ def audit_epoch(
         replacement,
         location,
         partition_by=job.partition_by,
-        file_prefix=f"{batch.last}-{attempt}-audit",
+        file_prefix=f"{batch.last}-{writer.attempt}-audit",
     )
-    new_version = engine._commit(
-        job,
-        job.output,
-        replacement,
-        files,
-        [f.path for f in touched],
-        batch,
-        attempt,
-        AUDIT_BATCH,
-        True,
-        meta,
+    new_version = writer.commit(
+        table=job.output,
+        frame=replacement,
+        files=files,
+        removes=[f.path for f in touched],
+        part=AUDIT_PART,
+        final=True,
         mode="append",
     )
-    engine.catalog.record_processed(
-        job.output,
-        batch.last,
-        delta_version=new_version,
-        job=job.name,
-        attempt=attempt,
-        generation=lease.generation,
-        rows=written.rows.get(job.output, 0) - outcome.quarantined_count,
+    written = writer.record(
+        written,
+        table=job.output,
+        version=new_version,
+        rows=written.rows_of(job.output) - outcome.quarantined_count,
     )
-    written.versions[job.output] = new_version
-    written.rows[job.output] = written.rows.get(job.output, 0) - outcome.quarantined_count
-    return AuditVerdict(quarantined=outcome.quarantined_count)
+    return AuditVerdict(written, quarantined=outcome.quarantined_count)

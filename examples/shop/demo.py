@@ -1,4 +1,4 @@
-"""``make demo``: the shop pipeline on a local Kafka-protocol broker, read at three levels.
+"""``make demo`` (``python -m examples.shop.demo``): the shop pipeline on a local Kafka-protocol broker, read at three levels.
 
 It starts an in-memory tansu broker, creates the ``orders`` topic, and produces a
 synthetic stream of orders (with a few malformed messages) while the runner processes
@@ -43,15 +43,16 @@ from rich.table import Table
 
 from catalog import Catalog, load_catalog
 from consistency import Level, NoCommonEpochError
-from etl.errors import EtlError
+from etl.cli.render import status_table
 from etl.loader import load_pipeline
-from etl.report import lineage_graph, lineage_text, status_rows, status_table
+from etl.reader import SnapshotReader, snapshot
+from etl.report import lineage_graph, lineage_text, status_rows
 from etl.runner import Runner, RunResult
-from etl.snapshot import SnapshotReader, snapshot
-from etl.sources.kafka_broker import TansuBroker
 from etl.spark import build_spark
+from etl.timestamps import as_utc
+from tests.support.tansu import TansuBroker
 
-PIPELINE_FILE = Path(__file__).resolve().parent.parent / "examples" / "shop" / "pipeline.py"
+PIPELINE_FILE = Path(__file__).resolve().with_name("pipeline.py")
 CHAIN = ("orders", "order_facts", "customer_totals", "tier_counts")
 REJECTS = "orders_rejects"
 LEVELS = (Level.READ_UNCOMMITTED, Level.READ_COMMITTED, Level.REPEATABLE_READ)
@@ -82,7 +83,7 @@ if not out.is_terminal:
     out.width = 120  # the status table needs it; 80 columns would truncate table names
 
 
-class DemoError(EtlError):
+class DemoError(Exception):
     """The demo cannot run as asked (e.g. it would delete a directory it did not create)."""
 
 
@@ -327,14 +328,10 @@ def _wait_for_epoch_after(catalog: Catalog, moment: datetime, timeout_s: float) 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         latest = catalog.latest_epoch()
-        if latest is not None and _utc(latest.barrier_ts) > moment:
+        if latest is not None and as_utc(latest.barrier_ts) > moment:
             return
         time.sleep(0.1)
     raise DemoError(f"no epoch was opened within {timeout_s}s after the producer stopped")
-
-
-def _utc(ts: datetime) -> datetime:
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
 def final_check(catalog: Catalog, produced: Produced) -> tuple[int, list[str]]:
@@ -514,7 +511,9 @@ class _Arguments:
 
 
 def _parse(argv: Sequence[str] | None) -> _Arguments:
-    parser = argparse.ArgumentParser(prog="python -m etl.demo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m examples.shop.demo", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--seconds", type=float, default=60.0, help="how long to produce orders")
     parser.add_argument(
         "--warehouse",

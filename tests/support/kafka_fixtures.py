@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from etl.sources.kafka_broker import KafkaBrokerError, TansuBroker, find_tansu_binary
+from tests.support.tansu import KafkaBrokerError, TansuBroker, find_tansu_binary
 
 
 @pytest.fixture(scope="session")

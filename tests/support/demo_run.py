@@ -1,4 +1,4 @@
-"""A pytest plugin (loaded from ``tests/conftest.py``): one run of ``python -m etl.demo``
+"""A pytest plugin (loaded from ``tests/conftest.py``): one run of ``python -m examples.shop.demo``
 per test session, shared by the demo's tests and the notebook tests."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from etl.sources.kafka_broker import KafkaBrokerError, find_tansu_binary
+from tests.support.tansu import KafkaBrokerError, find_tansu_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_SECONDS = 12
@@ -42,7 +42,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
         [
             sys.executable,
             "-m",
-            "etl.demo",
+            "examples.shop.demo",
             "--seconds",
             str(DEMO_SECONDS),
             "--warehouse",

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -34,36 +34,30 @@ from deltalake.transaction import (
     create_table_with_add_actions,
 )
 
-from consistency.models import BEFORE_FIRST_VERSION
-from etl.delta_read import (
-    FILE_PATH_COLUMN,
-    HIVE_NULL,
+from consistency.models import (
+    BEFORE_FIRST_VERSION,
     META_APP_ID,
     META_COMMIT_ID,
     META_RESTORED_TO,
     META_TXN_VERSION,
-    absolute_path,
-    active_files,
-    check_supported,
-    find_commit,
+)
+from etl.delta.layout import (
+    PARTITION_TYPES,
     hive_directory,
     normalize_location,
-    open_table,
-    scan,
     serialize_partition_value,
-    spark_file_path,
-    spark_schema,
+    written_partition_values,
 )
+from etl.delta.log import active_files, check_supported, find_commit, open_table
 from etl.errors import (
     CommitConflictError,
     DeltaIOError,
-    DuplicateMergeKeyError,
     InvalidWriteOptionError,
     SchemaMismatchError,
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 # Delta-Spark's default prefix length for string statistics (dataSkippingStringPrefixLength).
 _STRING_STATS_PREFIX = 32
@@ -72,8 +66,10 @@ _STRING_STATS_PREFIX = 32
 _STAGING_PREFIX = "_delta_barrier_staging-"
 # Footer reads and moves are I/O: on object storage each is a round trip.
 _PLACING_THREADS = 8
-_PARTITION_TYPES = frozenset({"string", "byte", "short", "integer", "long", "boolean", "date"})
 _FILE_PREFIX = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+CommitMode = Literal["append", "overwrite"]
+"""How a commit treats the table's current files: keep them, or remove every one."""
 
 
 @dataclass(frozen=True)
@@ -194,29 +190,6 @@ def _file_statistics(metadata: pq.FileMetaData, schema: pa.Schema) -> str:
     )
 
 
-def _unescape_path_name(text: str) -> str:
-    return re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), text)
-
-
-def _partition_values(
-    directories: Sequence[str], partition_by: Sequence[str]
-) -> dict[str, str | None]:
-    """The Delta-serialised partition values of a file Spark wrote under ``col=value/``
-    directories (Spark writes each value in the form the Delta protocol serialises)."""
-    values: dict[str, str | None] = {}
-    for directory, column in zip(directories, partition_by, strict=True):
-        name, _, text = directory.partition("=")
-        if _unescape_path_name(name) != column:
-            raise DeltaIOError(
-                table=column,
-                operation="write",
-                reason=f"Spark wrote partition directory {directory!r}, expected column {column!r}",
-            )
-        value = _unescape_path_name(text)
-        values[column] = None if value in (HIVE_NULL, "") else value
-    return values
-
-
 @dataclass(frozen=True)
 class _StagedFile:
     """A file Spark committed to the staging directory, and where it goes in the table."""
@@ -296,7 +269,7 @@ def write_files(
             *directories, name = relative.split("/")
             if not info.is_file or not name.endswith(".parquet") or name.startswith((".", "_")):
                 continue
-            values = _partition_values(directories, partition_by)
+            values = written_partition_values(directories, partition_by)
             directory = hive_directory(partition_by, values)
             target = f"part-{file_prefix}-{uuid.uuid4()}.parquet"
             staged.append(
@@ -353,12 +326,12 @@ def _check_write_options(
                 option="partition_by",
                 reason=f"column {column!r} is not in the rows' columns {list(types)}",
             )
-        if types[column] not in _PARTITION_TYPES:
+        if types[column] not in PARTITION_TYPES:
             raise InvalidWriteOptionError(
                 table=location,
                 option="partition_by",
                 reason=f"column {column!r} has type {types[column]}; partition columns must "
-                f"be one of {sorted(_PARTITION_TYPES)}",
+                f"be one of {sorted(PARTITION_TYPES)}",
             )
     if len(set(partition_by)) == len(types):
         raise InvalidWriteOptionError(
@@ -451,7 +424,7 @@ def commit_files(
     files: Sequence[DataFile],
     *,
     schema: pa.Schema,
-    mode: Literal["append", "overwrite"],
+    mode: CommitMode,
     partition_by: Sequence[str] = (),
     removes: Sequence[DataFile | str] = (),
     app_id: str,
@@ -471,7 +444,7 @@ def commit_files(
     which does not reset an app's transaction version.
     """
     location = normalize_location(location)
-    if mode not in ("append", "overwrite"):
+    if mode not in get_args(CommitMode):
         raise InvalidWriteOptionError(
             table=location, option="mode", reason=f"unknown mode {mode!r}"
         )
@@ -550,119 +523,6 @@ def _version_of_transaction(
     return version
 
 
-@dataclass(frozen=True)
-class MergeWrite:
-    """What :func:`merge_files` wrote: files to add and to remove in one commit."""
-
-    adds: list[DataFile]
-    removes: list[str]
-    upserted: int
-    """Rows of the updates (inserted or replacing a row), not the rows copied along."""
-
-
-def merge_files(
-    spark: SparkSession,
-    location: str,
-    *,
-    version: int,
-    updates: DataFrame,
-    keys: Sequence[str],
-    partition_by: Sequence[str] = (),
-    file_prefix: str,
-    check_unique_keys: bool = True,
-) -> MergeWrite:
-    """Copy-on-write keyed upsert against the table at ``version``.
-
-    Finds (distributed: a semi-join on ``keys`` reporting each row's file; only distinct
-    file paths reach the driver) the files that hold a key of ``updates``, and writes their
-    rows minus the updated keys plus every row of ``updates``. Returns the new files and
-    the relative paths of the replaced files (commit both with :func:`commit_files`,
-    ``removes=``) and how many rows ``updates`` held.
-
-    ``updates`` must have the table's columns and at most one row per key. With
-    ``check_unique_keys`` (default) that is checked with one aggregation over ``updates``
-    (a shuffle of the updates only), raising DuplicateMergeKeyError. Null keys match no
-    row (SQL equality), so an update with a null key is an insert.
-    """
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    location = normalize_location(location)
-    table = open_table(location, version=version, operation="merge")
-    check_supported(table, location)
-    schema = spark_schema(table)
-    expected = {f.name: f.dataType.simpleString() for f in schema.fields}
-    got = {f.name: f.dataType.simpleString() for f in updates.schema.fields}
-    if expected != got:
-        raise SchemaMismatchError(location, expected, got)
-    if not keys or any(k not in expected for k in keys):
-        raise InvalidWriteOptionError(
-            table=location,
-            option="keys",
-            reason=f"{list(keys)} must be a non-empty list of the table's columns {list(expected)}",
-        )
-    columns = [F.col(f"`{name}`") for name in expected]
-    key_list = list(keys)
-    rows = updates.select(*columns)
-    persisted = not updates.is_cached
-    if persisted:
-        # Read up to four times below; a recomputed transform could even differ.
-        rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        if check_unique_keys:
-            _check_unique_keys(rows, location, key_list)
-        update_keys = rows.select(*[F.col(f"`{k}`") for k in key_list])
-        files = active_files(table)
-        touched = []
-        if files:
-            hits = (
-                scan(spark, location, table, files, with_file_path=True)
-                .join(update_keys, on=key_list, how="left_semi")
-                .select(FILE_PATH_COLUMN)
-                .distinct()
-                .collect()
-            )
-            hit_paths = {spark_file_path(row[0]) for row in hits}
-            touched = [f for f in files if absolute_path(location, f.path) in hit_paths]
-            if len(touched) != len(hit_paths):
-                raise DeltaIOError(
-                    table=location,
-                    operation="merge",
-                    reason=f"Spark read files the log does not list: {sorted(hit_paths)}",
-                )
-        merged = rows
-        if touched:
-            kept = (
-                scan(spark, location, table, touched)
-                .join(update_keys, on=key_list, how="left_anti")
-                .select(*columns)
-            )
-            merged = kept.unionAll(rows)
-        adds = write_files(merged, location, partition_by=partition_by, file_prefix=file_prefix)
-        upserted = rows.count()
-    finally:
-        if persisted:
-            rows.unpersist()
-    return MergeWrite(adds=adds, removes=[f.path for f in touched], upserted=upserted)
-
-
-def _check_unique_keys(rows: DataFrame, location: str, keys: list[str]) -> None:
-    from pyspark.sql import functions as F
-
-    duplicate = (
-        rows.where(" AND ".join(f"`{k}` IS NOT NULL" for k in keys))
-        .groupBy(*[F.col(f"`{k}`") for k in keys])
-        .agg(F.count(F.lit(1)).alias("__rows"))
-        .where(F.col("__rows") > 1)
-        .limit(1)
-        .collect()
-    )
-    if duplicate:
-        raise DuplicateMergeKeyError(
-            table=location, keys=keys, example={k: duplicate[0][k] for k in keys}
-        )
-
-
 def restore_table(
     location: str, *, to_version: int | None, metadata: Mapping[str, str | int | bool]
 ) -> int:
@@ -671,7 +531,7 @@ def restore_table(
     A Delta RESTORE commit, with ``metadata`` in its commitInfo. ``to_version=None`` rolls
     back to empty (before version 0, which RESTORE cannot reach): an overwrite commit that
     removes every file, marked with ``restored_to = BEFORE_FIRST_VERSION`` for
-    :func:`~etl.delta_read.log_commits`. Restoring the current version commits nothing and
+    :func:`~etl.delta.log.log_commits`. Restoring the current version commits nothing and
     returns it. A RESTORE does not reset app transaction versions.
     """
     location = normalize_location(location)
@@ -709,4 +569,11 @@ def restore_table(
     return version
 
 
-__all__ = ["DataFile", "commit_files", "merge_files", "restore_table", "write_files"]
+__all__ = [
+    "CommitMode",
+    "DataFile",
+    "commit_files",
+    "remove_staging",
+    "restore_table",
+    "write_files",
+]

@@ -1,0 +1,5 @@
+"""``python -m etl.cli``: the ``etl`` command."""
+
+from etl.cli.app import main
+
+main()

@@ -1,0 +1,66 @@
+"""The only door to Delta: Spark tasks write Parquet files, the driver commits them via delta-rs.
+
+Tables stay plain Delta (protocol reader 1 / writer 2 unless the caller's data needs more,
+e.g. timestampNtz), readable by any Delta reader.
+
+- :mod:`etl.delta.log`: opening a table, its files, the commit metadata recovery reads
+  back (:func:`log_commits`), and :data:`EPOCH_COLUMN`;
+- :mod:`etl.delta.layout`: Hive-style partition directories and partition types;
+- :mod:`etl.delta.read`: Spark DataFrames (:func:`read_table`, :func:`read_epochs`) and
+  Arrow/pandas without Spark (:func:`read_arrow`, :func:`read_pandas`);
+- :mod:`etl.delta.write`: :func:`write_files`, :func:`commit_files`, :func:`restore_table`;
+- :mod:`etl.delta.merge`: keyed copy-on-write upserts (:func:`merge_files`).
+
+Writing one batch::
+
+    files = write_files(df, location, partition_by=["_epoch"], file_prefix="7-1-0")
+    version = commit_files(
+        location, files, schema=to_arrow_schema(df.schema, timezone="UTC"), mode="append",
+        partition_by=["_epoch"], app_id="delta-barrier/job", txn_version=7, metadata={...},
+    )
+"""
+
+from etl.delta.layout import PARTITION_TYPES
+from etl.delta.log import (
+    EPOCH_COLUMN,
+    SUPPORTED_READER_FEATURES,
+    ActiveFile,
+    active_files,
+    log_commits,
+    open_table,
+    table_version,
+)
+from etl.delta.merge import MergeWrite, merge_files
+from etl.delta.read import read_arrow, read_epochs, read_pandas, read_table, scan
+from etl.delta.write import (
+    CommitMode,
+    DataFile,
+    commit_files,
+    remove_staging,
+    restore_table,
+    write_files,
+)
+
+__all__ = [
+    "EPOCH_COLUMN",
+    "PARTITION_TYPES",
+    "SUPPORTED_READER_FEATURES",
+    "ActiveFile",
+    "CommitMode",
+    "DataFile",
+    "MergeWrite",
+    "active_files",
+    "commit_files",
+    "log_commits",
+    "merge_files",
+    "open_table",
+    "read_arrow",
+    "read_epochs",
+    "read_pandas",
+    "read_table",
+    "remove_staging",
+    "restore_table",
+    "scan",
+    "table_version",
+    "write_files",
+]

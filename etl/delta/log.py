@@ -1,0 +1,193 @@
+"""The Delta log: opening a table, its versions and files, and the commits as recovery sees them.
+
+Every row a job writes carries :data:`EPOCH_COLUMN`; every commit carries Delta Barrier's
+commit metadata (the ``META_*`` keys of :mod:`consistency.models`), which
+:func:`log_commits` reads back for recovery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from consistency.models import (
+    META_ATTEMPT,
+    META_EPOCH,
+    META_FINAL,
+    META_FIRST_EPOCH,
+    META_JOB,
+    META_RESTORED_TO,
+    LogCommit,
+)
+from etl.delta.layout import normalize_location
+from etl.errors import DeltaIOError, UnsupportedTableFeatureError
+
+EPOCH_COLUMN = "_epoch"
+"""The column every row written by a job carries: the epoch it belongs to."""
+
+# Reader features a plain Parquet scan of the active files reads correctly (Delta
+# protocol, "Table Features"): timestampNtz only adds a type Spark reads natively;
+# vacuumProtocolCheck only constrains VACUUM.
+SUPPORTED_READER_FEATURES = frozenset({"timestampNtz", "vacuumProtocolCheck"})
+
+
+_MAX_READER_VERSION = 3
+
+
+_RECENT_COMMITS = 16
+
+
+def open_table(location: str, *, version: int | None = None, operation: str = "read") -> DeltaTable:
+    """Load the table at ``version`` (latest when None); errors become DeltaIOError."""
+    try:
+        return DeltaTable(location, version=version)
+    except TableNotFoundError as exc:
+        raise DeltaIOError(
+            table=location, operation=operation, reason=f"no Delta table there ({exc})"
+        ) from exc
+    except DeltaError as exc:
+        at = f" at version {version}" if version is not None else ""
+        raise DeltaIOError(table=location, operation=operation, reason=f"{exc}{at}") from exc
+
+
+def check_supported(table: DeltaTable, location: str) -> None:
+    """Raise UnsupportedTableFeatureError when the table uses features we cannot read."""
+    protocol = table.protocol()
+    unsupported: list[str] = []
+    if protocol.min_reader_version > _MAX_READER_VERSION:
+        unsupported.append(f"minReaderVersion {protocol.min_reader_version}")
+    unsupported += sorted(set(protocol.reader_features or ()) - SUPPORTED_READER_FEATURES)
+    mapping = table.metadata().configuration.get("delta.columnMapping.mode")
+    if mapping not in (None, "none") and "columnMapping" not in unsupported:
+        unsupported.append(f"columnMapping (mode {mapping})")
+    if unsupported:
+        raise UnsupportedTableFeatureError(location, unsupported)
+
+
+def table_version(location: str) -> int | None:
+    """The latest Delta version at ``location``; None when there is no Delta table."""
+    location = normalize_location(location)
+    if not DeltaTable.is_deltatable(location):
+        return None
+    return open_table(location).version()
+
+
+@dataclass(frozen=True)
+class ActiveFile:
+    """A data file of one table version, as the log describes it."""
+
+    path: str
+    """Relative to the table root and decoded (as on storage), or an absolute URI."""
+    size: int
+    partition_values: Mapping[str, Any]
+    """Typed partition values (None for null)."""
+    min_values: Mapping[str, Any]
+    max_values: Mapping[str, Any]
+
+
+def active_files(table: DeltaTable) -> list[ActiveFile]:
+    """The files of the loaded version, with typed partition values and min/max stats."""
+    actions = pa.table(table.get_add_actions(flatten=False))
+    columns = set(actions.column_names)
+    rows = actions.select(
+        [c for c in ("path", "size_bytes", "partition", "min", "max") if c in columns]
+    ).to_pylist()
+    # The log stores paths URL-encoded (Delta protocol, "Add File and Remove File").
+    return [
+        ActiveFile(
+            path=unquote(row["path"]),
+            size=row["size_bytes"],
+            partition_values=row.get("partition") or {},
+            min_values=row.get("min") or {},
+            max_values=row.get("max") or {},
+        )
+        for row in rows
+    ]
+
+
+def history(table: DeltaTable, location: str, *, limit: int | None = None) -> list[dict]:
+    """commitInfo of the newest ``limit`` commits (all when None), newest first."""
+    try:
+        return table.history(limit)
+    except DeltaError as exc:
+        raise DeltaIOError(table=location, operation="history", reason=str(exc)) from exc
+
+
+def find_commit(table: DeltaTable, location: str, match: Mapping[str, object]) -> int | None:
+    """The newest version whose commitInfo has all of ``match``; None when none has."""
+
+    def matches(entry: Mapping[str, object]) -> bool:
+        return all(entry.get(k) == v for k, v in match.items())
+
+    def newest_match(entries: list[dict]) -> int | None:
+        return next((int(e["version"]) for e in entries if matches(e)), None)
+
+    # The commit sought is nearly always among the newest few; read the rest only if not.
+    recent = history(table, location, limit=_RECENT_COMMITS)
+    found = newest_match(recent)
+    if found is None and len(recent) == _RECENT_COMMITS:
+        found = newest_match(history(table, location))
+    return found
+
+
+def log_commits(location: str, *, after_version: int | None = None) -> list[LogCommit]:
+    """The commits after ``after_version`` (all when None), oldest first, as recovery sees them.
+
+    Epoch, job and attempt come from Delta Barrier's commit metadata (None for commits
+    other writers made). ``restored_to`` is the version a RESTORE restored, or
+    ``BEFORE_FIRST_VERSION`` for a rollback that emptied the table. No table yet: no commits.
+    """
+    location = normalize_location(location)
+    if not DeltaTable.is_deltatable(location):
+        return []
+    table = open_table(location, operation="log_commits")
+    commits = [
+        _log_commit(entry)
+        for entry in history(table, location)
+        if after_version is None or int(entry["version"]) > after_version
+    ]
+    return sorted(commits, key=lambda c: c.version)
+
+
+def _log_commit(entry: Mapping[str, Any]) -> LogCommit:
+    operation = str(entry.get("operation", ""))
+    restored_to = _as_int(entry.get(META_RESTORED_TO))
+    if operation == "RESTORE":
+        restored_to = _as_int((entry.get("operationParameters") or {}).get("version"))
+    return LogCommit(
+        version=int(entry["version"]),
+        operation=operation,
+        epoch=_as_int(entry.get(META_EPOCH)),
+        first_epoch=_as_int(entry.get(META_FIRST_EPOCH)),
+        job=None if entry.get(META_JOB) is None else str(entry[META_JOB]),
+        attempt=_as_int(entry.get(META_ATTEMPT)),
+        final=entry.get(META_FINAL) in (True, "true", "True", 1, "1"),
+        restored_to=restored_to,
+    )
+
+
+def _as_int(value: object) -> int | None:
+    """Metadata values are JSON: ints, or strings when another writer stringified them."""
+    if value is None or value == "":
+        return None
+    return int(str(value))
+
+
+__all__ = [
+    "EPOCH_COLUMN",
+    "SUPPORTED_READER_FEATURES",
+    "ActiveFile",
+    "active_files",
+    "check_supported",
+    "find_commit",
+    "history",
+    "log_commits",
+    "open_table",
+    "table_version",
+]

@@ -1,0 +1,222 @@
+"""Reading Delta tables: Spark DataFrames, and Arrow/pandas without Spark.
+
+delta-rs resolves the Delta log (which files make up a version, their partition values and
+statistics); Spark reads the Parquet files themselves. Tables are refused, never misread,
+when they use a feature a plain Parquet scan cannot honour (deletion vectors, column
+mapping, unknown reader features).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from functools import reduce
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+
+from etl.delta.layout import (
+    PARTITION_TYPES,
+    absolute_path,
+    has_scheme,
+    hive_directory,
+    normalize_location,
+    serialize_partition_value,
+)
+from etl.delta.log import EPOCH_COLUMN, ActiveFile, active_files, check_supported, open_table
+from etl.errors import DeltaIOError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+FILE_PATH_COLUMN = "__delta_barrier_file"
+"""The column :func:`scan` adds with ``with_file_path``: the URI Spark read the row from."""
+
+
+def spark_schema(table: DeltaTable):
+    """The table's schema as a Spark StructType (Delta schemas use Spark's JSON form)."""
+    from pyspark.sql.types import StructType
+
+    return StructType.fromJson(json.loads(table.schema().to_json()))
+
+
+def scan(
+    spark: SparkSession,
+    location: str,
+    table: DeltaTable,
+    files: Sequence[ActiveFile],
+    *,
+    with_file_path: bool = False,
+) -> DataFrame:
+    """A DataFrame over ``files`` with the table's schema (names, types, order).
+
+    With ``with_file_path`` a trailing string column :data:`FILE_PATH_COLUMN` holds the
+    URI Spark read each row from.
+    """
+    from pyspark.sql import functions as F
+
+    schema = spark_schema(table)
+    names = [f.name for f in schema.fields]
+    partition_by = list(table.metadata().partition_columns)
+    output = [F.col(f"`{n}`") for n in names]
+    if with_file_path:
+        output.append(F.col("_metadata.file_path").alias(FILE_PATH_COLUMN))
+    if not files:
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        fields = list(schema.fields)
+        if with_file_path:
+            fields.append(StructField(FILE_PATH_COLUMN, StringType()))
+        return spark.createDataFrame([], StructType(fields))
+    paths = [absolute_path(location, f.path) for f in files]
+    if not partition_by:
+        frame = _read_parquet(spark, location, schema, paths, recursiveFileLookup="true")
+        return frame.select(*output)
+    if _follows_hive_layout(schema, partition_by, files):
+        # One scan; Spark parses the partition directories and casts them to the types of
+        # the given schema (no type inference: "007" stays the string "007").
+        frame = _read_parquet(spark, location, schema, paths, basePath=location)
+        return frame.select(*output)
+    # Files outside the Hive layout: one scan per partition, values from the log.
+    data_schema = type(schema)([f for f in schema.fields if f.name not in partition_by])
+    types = {f.name: f.dataType for f in schema.fields}
+    groups: dict[tuple, list[str]] = {}
+    for file, path in zip(files, paths, strict=True):
+        key = tuple(file.partition_values.get(c) for c in partition_by)
+        groups.setdefault(key, []).append(path)
+    frames = []
+    for key, group in groups.items():
+        frame = _read_parquet(spark, location, data_schema, group, recursiveFileLookup="true")
+        for col, value in zip(partition_by, key, strict=True):
+            frame = frame.withColumn(col, F.lit(value).cast(types[col]))
+        frames.append(frame.select(*output))
+    return reduce(lambda a, b: a.unionAll(b), frames)
+
+
+def _read_parquet(
+    spark: SparkSession, location: str, schema, paths: Sequence[str], **options: str
+) -> DataFrame:
+    from pyspark.errors import AnalysisException
+
+    try:
+        return spark.read.schema(schema).options(**options).parquet(*paths)
+    except AnalysisException as exc:
+        # Typically a file the log lists is gone (removed by hand, or vacuumed too early).
+        raise DeltaIOError(table=location, operation="read", reason=str(exc)) from exc
+
+
+def _follows_hive_layout(schema, partition_by: Sequence[str], files: Sequence[ActiveFile]) -> bool:
+    types = {f.name: f.dataType.typeName() for f in schema.fields}
+    if any(types[c] not in PARTITION_TYPES for c in partition_by):
+        return False
+    for file in files:
+        if has_scheme(file.path):
+            return False
+        values = {c: serialize_partition_value(file.partition_values.get(c)) for c in partition_by}
+        if os.path.dirname(file.path) != hive_directory(partition_by, values):
+            return False
+    return True
+
+
+def read_table(spark: SparkSession, location: str, *, version: int | None = None) -> DataFrame:
+    """The table at ``version`` (latest when None) as a Spark DataFrame.
+
+    The schema is exactly the Delta metadata's (names, types, order); columns read from
+    Parquet are nullable. A version without files gives an empty DataFrame of that schema.
+    """
+    location = normalize_location(location)
+    table = open_table(location, version=version)
+    check_supported(table, location)
+    return scan(spark, location, table, active_files(table))
+
+
+def read_epochs(
+    spark: SparkSession, location: str, *, version: int, first_epoch: int, last_epoch: int
+) -> DataFrame:
+    """Rows of the table at ``version`` whose ``_epoch`` is in [first_epoch, last_epoch].
+
+    Only files whose ``_epoch`` partition value or min/max statistics overlap the range
+    are opened (files without statistics are always opened).
+    """
+    from pyspark.sql import functions as F
+
+    location = normalize_location(location)
+    table = open_table(location, version=version)
+    check_supported(table, location)
+    if EPOCH_COLUMN not in [field.name for field in table.schema().fields]:
+        raise DeltaIOError(
+            table=location,
+            operation="read_epochs",
+            reason=f"the table has no {EPOCH_COLUMN!r} column; use read_table",
+        )
+    files = [
+        f for f in active_files(table) if _may_hold_epochs(f, first=first_epoch, last=last_epoch)
+    ]
+    frame = scan(spark, location, table, files)
+    return frame.where(F.col(EPOCH_COLUMN).between(first_epoch, last_epoch))
+
+
+def _may_hold_epochs(file: ActiveFile, *, first: int, last: int) -> bool:
+    if EPOCH_COLUMN in file.partition_values:
+        value = file.partition_values[EPOCH_COLUMN]
+        return value is not None and first <= value <= last
+    # A missing bound (no statistics) cannot rule the file out.
+    low = file.min_values.get(EPOCH_COLUMN)
+    high = file.max_values.get(EPOCH_COLUMN)
+    return (low is None or low <= last) and (high is None or high >= first)
+
+
+def read_arrow(
+    location: str,
+    *,
+    version: int | None = None,
+    columns: Sequence[str] | None = None,
+    filter_epochs: tuple[int, int] | None = None,
+) -> pa.Table:
+    """The table at ``version`` as an Arrow table, read by delta-rs without Spark.
+
+    ``filter_epochs=(first, last)`` keeps rows with ``_epoch`` in [first, last] and opens
+    only files that may hold them. For small data (tests, notebooks, lightweight readers).
+    """
+    location = normalize_location(location)
+    table = open_table(location, version=version)
+    check_supported(table, location)
+    filters = (
+        [(EPOCH_COLUMN, ">=", filter_epochs[0]), (EPOCH_COLUMN, "<=", filter_epochs[1])]
+        if filter_epochs is not None
+        else None
+    )
+    try:
+        return table.to_pyarrow_table(
+            columns=list(columns) if columns is not None else None, filters=filters
+        )
+    except (DeltaError, OSError) as exc:
+        raise DeltaIOError(table=location, operation="read_arrow", reason=str(exc)) from exc
+
+
+def read_pandas(
+    location: str,
+    *,
+    version: int | None = None,
+    columns: Sequence[str] | None = None,
+    filter_epochs: tuple[int, int] | None = None,
+) -> pd.DataFrame:
+    """:func:`read_arrow` as a pandas DataFrame."""
+    return read_arrow(
+        location, version=version, columns=columns, filter_epochs=filter_epochs
+    ).to_pandas()
+
+
+__all__ = [
+    "FILE_PATH_COLUMN",
+    "read_arrow",
+    "read_epochs",
+    "read_pandas",
+    "read_table",
+    "scan",
+    "spark_schema",
+]

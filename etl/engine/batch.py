@@ -1,0 +1,323 @@
+"""The epoch engine: run one batch of epochs of one job, and recover a job after a crash.
+
+One batch (epochs first..last, first < last when backlog catch-up coalesces them) goes:
+
+1. read the inputs: each input table at the Delta version its epoch ``last`` was sealed
+   at, or the source slice recorded in the catalog (cut and recorded first if new);
+2. run the transform, add ``_epoch = last`` to every row;
+3. Spark tasks write Parquet files, the driver commits them through delta-rs with an
+   app transaction and commit metadata (epoch, job, attempt, final) -> PROCESSED;
+4. run the table's quality gate, if any (write, audit, publish);
+5. seal the output and its side outputs in one catalog transaction -> WRITTEN, and
+   COMMIT when the last table of the pipeline sealed the epoch.
+
+Step 3 is :mod:`etl.engine.commit`, step 4 :mod:`etl.engine.audit`; recovery after a
+crash is :mod:`etl.engine.recovery`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from catalog import Catalog, CommitManifest, EpochState, Lease, SealRequest
+from consistency import EpochBatch
+from etl.delta import EPOCH_COLUMN, read_epochs, read_table
+from etl.engine.audit import audit
+from etl.engine.commit import BatchWrite, EpochWriter, current_version
+from etl.errors import (
+    DeltaBarrierError,
+    InternalError,
+    JobExecutionError,
+    OutputSchemaError,
+    TransformError,
+)
+from etl.faults import maybe_crash
+from etl.pipeline import EpochContext, Job, Pipeline
+from etl.sources.base import SliceRequest
+
+log = logging.getLogger(__name__)
+
+
+class BatchOutcome(StrEnum):
+    """How a batch ended: its epoch sealed (WRITTEN), or held PROCESSED by a quality gate."""
+
+    SEALED = "sealed"
+    BLOCKED = "blocked"
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one batch of one job did."""
+
+    job: str
+    first_epoch: int
+    epoch: int
+    attempt: int
+    versions: Mapping[str, int]
+    rows: int
+    rejected: int = 0
+    quarantined: int = 0
+    blocked_reason: str | None = None
+    """Why the quality gate kept the epoch from being sealed; None when it was sealed."""
+    commit: CommitManifest | None = None
+
+    @property
+    def outcome(self) -> BatchOutcome:
+        return BatchOutcome.SEALED if self.blocked_reason is None else BatchOutcome.BLOCKED
+
+    @property
+    def sealed(self) -> bool:
+        return self.outcome is BatchOutcome.SEALED
+
+
+class EpochEngine:
+    """Runs the batches of the jobs of one pipeline (recovery: :mod:`etl.engine.recovery`)."""
+
+    def __init__(self, *, pipeline: Pipeline, catalog: Catalog, spark: SparkSession) -> None:
+        self.pipeline = pipeline
+        self.catalog = catalog
+        self.spark = spark
+
+    def writer(self, job: Job, batch: EpochBatch, *, attempt: int, lease: Lease) -> EpochWriter:
+        return EpochWriter(
+            catalog=self.catalog,
+            spark=self.spark,
+            job=job,
+            batch=batch,
+            attempt=attempt,
+            lease=lease,
+        )
+
+    # -- running a batch ---------------------------------------------------------------
+
+    def run_batch(self, job: Job, batch: EpochBatch, lease: Lease) -> BatchResult:
+        """Run one batch of the job; a failure raises a JobError naming job and epoch."""
+        try:
+            return self._run_batch(job, batch, lease)
+        except DeltaBarrierError:
+            raise
+        except Exception as exc:
+            raise JobExecutionError(job=job.name, epoch=batch.last, cause=exc) from exc
+
+    def _run_batch(self, job: Job, batch: EpochBatch, lease: Lease) -> BatchResult:
+        epoch = self.catalog.get_epoch(batch.last)
+        # Any table of the job may hold the rolled-back attempt (a crash after a side
+        # output's commit leaves nothing of the epoch in the output): replay above all.
+        states = [
+            self.catalog.table_epoch(table, batch.last) for table in self.pipeline.tables_of(job)
+        ]
+        attempt = 1 + max(
+            (s.attempt for s in states if s and s.state is EpochState.ROLLED_BACK), default=0
+        )
+        session = self.spark.newSession()
+        writer = self.writer(job, batch, attempt=attempt, lease=lease)
+        written = BatchWrite()
+        if job.source is not None:
+            bounds = self._slice_bounds(job, batch, epoch.barrier_ts)
+            parts = job.source.micro_batches(bounds)
+            for index, part in enumerate(parts):
+                final = index == len(parts) - 1
+                data = job.source.read(session, part, epoch=batch.last)
+                rows = self._transform(
+                    job, session, batch, epoch.barrier_ts, {job.source.name: data.rows}
+                )
+                if job.rejects_table and data.rejects is not None:
+                    written = writer.write(
+                        written,
+                        table=job.rejects_table,
+                        frame=data.rejects,
+                        part=index,
+                        final=final,
+                        mode="append",
+                    )
+                written = writer.write(
+                    written, table=job.output, frame=rows, part=index, final=final, mode=job.mode
+                )
+                if not final:
+                    maybe_crash("between_micro_batches", job=job.name, epoch=batch.last)
+        else:
+            inputs = self._read_inputs(job, batch, session)
+            rows = self._transform(job, session, batch, epoch.barrier_ts, inputs)
+            written = writer.write(
+                written, table=job.output, frame=rows, part=0, final=True, mode=job.mode
+            )
+        rejected = written.rows_of(job.rejects_table) if job.rejects_table else 0
+        return self.publish(writer, written, rejected=rejected)
+
+    def publish(
+        self, writer: EpochWriter, written: BatchWrite, *, rejected: int = 0
+    ) -> BatchResult:
+        """Quality gate, then seal the output and side outputs together."""
+        job, batch = writer.job, writer.batch
+        quarantined = 0
+        gate = self.pipeline.gates.get(job.output)
+        if gate is not None:
+            verdict = audit(writer, gate, written)
+            written = verdict.written
+            if verdict.blocked_reason is not None:
+                return BatchResult(
+                    job=job.name,
+                    first_epoch=batch.first,
+                    epoch=batch.last,
+                    attempt=writer.attempt,
+                    versions=dict(written.versions),
+                    rows=written.rows_of(job.output),
+                    rejected=rejected,
+                    blocked_reason=verdict.blocked_reason,
+                )
+            quarantined = verdict.quarantined
+        requests = []
+        for table in self.pipeline.tables_of(job):
+            version = written.versions.get(table)
+            if version is None:
+                version = current_version(self.catalog, table)
+            requests.append(
+                SealRequest(
+                    table=table,
+                    epoch=batch.last,
+                    delta_version=version,
+                    attempt=writer.attempt,
+                    rows=written.rows_of(table),
+                    first_epoch=batch.first,
+                )
+            )
+        commit = self.catalog.seal(job.name, writer.lease.generation, requests)
+        maybe_crash("after_seal", job=job.name, epoch=batch.last)
+        return BatchResult(
+            job=job.name,
+            first_epoch=batch.first,
+            epoch=batch.last,
+            attempt=writer.attempt,
+            versions={r.table: r.delta_version for r in requests},
+            rows=written.rows_of(job.output),
+            rejected=rejected,
+            quarantined=quarantined,
+            commit=commit,
+        )
+
+    def _slice_bounds(self, job: Job, batch: EpochBatch, barrier_ts) -> Mapping[str, object]:
+        assert job.source is not None
+        recorded = self.catalog.get_slice(job.source.name, batch.last)
+        if recorded is not None:
+            return recorded.bounds
+        previous = self.catalog.latest_slice(job.source.name)
+        previous_bounds = previous.bounds if previous else None
+        catch_up = batch.coalesced or job.source.is_backlogged(previous_bounds)
+        bounds = job.source.cut(
+            SliceRequest(
+                epoch=batch.last,
+                first_epoch=batch.first,
+                barrier_ts=barrier_ts,
+                previous_bounds=previous_bounds,
+                catch_up=catch_up,
+            )
+        )
+        recorded_slice = self.catalog.record_slice(
+            job.source.name, batch.last, bounds, catch_up=catch_up
+        )
+        maybe_crash("after_slice_recorded", job=job.name, epoch=batch.last)
+        return recorded_slice.bounds
+
+    def _read_inputs(
+        self, job: Job, batch: EpochBatch, session: SparkSession
+    ) -> dict[str, DataFrame]:
+        states = self.catalog.states_at([i.table for i in job.inputs], batch.last)
+        inputs: dict[str, DataFrame] = {}
+        for item in job.inputs:
+            state = states.get(item.table)
+            if (
+                state is None
+                or state.state is not EpochState.WRITTEN
+                or state.delta_version is None
+            ):
+                raise InternalError(
+                    f"job {job.name!r} epoch {batch.last}: input {item.table!r} does not have the "
+                    "epoch WRITTEN (alignment was violated)"
+                )
+            location = self.catalog.get_table(item.table).location
+            if job.read_mode(item) == "slice":
+                inputs[item.table] = read_epochs(
+                    session,
+                    location,
+                    version=state.delta_version,
+                    first_epoch=batch.first,
+                    last_epoch=batch.last,
+                )
+            else:
+                inputs[item.table] = read_table(session, location, version=state.delta_version)
+        return inputs
+
+    def _previous(self, job: Job, session: SparkSession) -> DataFrame | None:
+        sealed = self.catalog.latest_written([job.output]).get(job.output)
+        if sealed is None or sealed.delta_version is None:
+            return None
+        location = self.catalog.get_table(job.output).location
+        return read_table(session, location, version=sealed.delta_version)
+
+    def _transform(
+        self,
+        job: Job,
+        session: SparkSession,
+        batch: EpochBatch,
+        barrier_ts,
+        inputs: Mapping[str, DataFrame],
+    ) -> DataFrame:
+        previous = self._previous(job, session)
+        if job.transform is None:
+            (result,) = inputs.values()
+        else:
+            ctx = EpochContext(
+                spark=session,
+                job=job.name,
+                epoch=batch.last,
+                first_epoch=batch.first,
+                barrier_ts=barrier_ts,
+                inputs=dict(inputs),
+                previous=previous.drop(EPOCH_COLUMN) if previous is not None else None,
+            )
+            try:
+                if isinstance(job.transform, str):
+                    for name, frame in ctx.inputs.items():
+                        frame.createOrReplaceTempView(name)
+                    if ctx.previous is not None:
+                        ctx.previous.createOrReplaceTempView(job.output)
+                    result = session.sql(job.transform)
+                else:
+                    result = job.transform(ctx)
+                if not isinstance(result, DataFrame):
+                    raise TypeError(
+                        f"the transform returned {type(result).__name__}, not a DataFrame"
+                    )
+            except DeltaBarrierError:
+                raise
+            except Exception as exc:
+                raise TransformError(job=job.name, epoch=batch.last, cause=exc) from exc
+        self._check_columns(job, batch, result)
+        return result.withColumn(EPOCH_COLUMN, F.lit(batch.last).cast("long"))
+
+    def _check_columns(self, job: Job, batch: EpochBatch, result: DataFrame) -> None:
+        columns = result.columns
+        if EPOCH_COLUMN in columns and job.transform is not None:
+            raise OutputSchemaError(
+                job=job.name,
+                epoch=batch.last,
+                problem=f"the transform's output has a column {EPOCH_COLUMN!r}; "
+                "the engine sets it, drop it from the result",
+            )
+        missing = [k for k in (*job.keys, *job.partition_by) if k not in columns]
+        if missing:
+            raise OutputSchemaError(
+                job=job.name,
+                epoch=batch.last,
+                problem=f"the output lacks key/partition columns {missing}; it has {columns}",
+            )
+        if len(set(columns)) != len(columns):
+            raise OutputSchemaError(
+                job=job.name, epoch=batch.last, problem=f"duplicate column names in {columns}"
+            )
