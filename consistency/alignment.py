@@ -1,8 +1,9 @@
 """Barrier alignment and backlog batching: which epochs a job may process next, in which batches.
 
-PRODUCT.md: a job starts epoch T only when every input has T WRITTEN (barrier
-alignment), and a job far behind may process epochs a..b as one batch and one Delta
-commit (backlog mode, FLIP-327), after which only b is WRITTEN and a..b-1 are COALESCED.
+docs/design.md, "An epoch's life in one table": a job starts epoch T only when every input
+has T WRITTEN (barrier alignment), and a job far behind may process epochs a..b as one
+batch and one Delta commit (backlog mode, FLIP-327), after which only b is WRITTEN and
+a..b-1 are COALESCED.
 """
 
 from __future__ import annotations

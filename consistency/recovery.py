@@ -1,6 +1,6 @@
 """Bringing a table's Delta log and the catalog back into agreement after a crash.
 
-PRODUCT.md, "Failure and recovery". :func:`plan_recovery` compares what the Delta log
+docs/design.md, "Failure and recovery". :func:`plan_recovery` compares what the Delta log
 holds after the table's last sealed version with what the catalog recorded, and returns
 the actions that make them agree: seal complete but unrecorded epochs, roll back partial
 ones, then replay them. It decides only; the etl layer executes the plan.

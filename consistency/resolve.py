@@ -1,6 +1,6 @@
 """Choosing the Delta version of each table for a read at a consistency level.
 
-PRODUCT.md, "Reading: three consistency levels". :func:`resolve_snapshot` turns a set
+docs/design.md, "Reading: three consistency levels". :func:`resolve_snapshot` turns a set
 of tables and a level into a :class:`~consistency.models.Snapshot`; it reads epoch
 states through an :class:`EpochHistory` (the catalog implements it) and never touches
 Delta itself: for read-uncommitted the caller supplies each table's latest version.

@@ -1,4 +1,4 @@
-"""plan_recovery: every crash point of PRODUCT.md's "Failure and recovery", then random ones.
+"""plan_recovery: every crash point of docs/design.md, "Failure and recovery", then random ones.
 
 In the examples the table's latest WRITTEN epoch is 6, sealed at Delta version 5, so
 the next epoch is 7 and the next Delta version 6.
