@@ -14,6 +14,7 @@ import pty
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -688,3 +689,40 @@ def test_help_has_an_example(tmp_path, command):
     result = etl(*command.split(), "--help", cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     assert re.search(r"Example: etl \w", result.stdout), result.stdout
+
+
+def test_an_internal_error_exits_1_and_asks_for_a_report(capsys):
+    import typer
+
+    from etl.cli.app import guard
+    from etl.errors import InternalError
+
+    @guard
+    def broken() -> None:
+        raise InternalError("an invariant does not hold")
+
+    with pytest.raises(typer.Exit) as caught:
+        broken()
+    assert caught.value.exit_code == 1
+    assert "please report" in capsys.readouterr().err
+
+
+def test_status_does_not_import_pyspark(tmp_path):
+    load_catalog(None, warehouse=tmp_path).close()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from etl.cli.app import main\n"
+            "sys.argv = ['etl', 'status', '--warehouse', sys.argv[1]]\n"
+            "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
+            "assert 'pyspark' not in sys.modules, 'etl status imported PySpark'\n",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
