@@ -1,5 +1,9 @@
-"""The ``etl`` command (see :mod:`etl.cli.app`)."""
+"""The ``etl`` command (see :mod:`etl.cli.app`).
 
+Importing the command modules registers their commands on :data:`app`.
+"""
+
+from etl.cli import admin, run, show, sql
 from etl.cli.app import app, main
 
-__all__ = ["app", "main"]
+__all__ = ["admin", "app", "main", "run", "show", "sql"]

@@ -114,11 +114,6 @@ def parse_params(items: list[str]) -> dict[str, str]:
 
 
 def main() -> None:
-    # The commands register themselves on `app` when their modules are imported.
-    import etl.cli.admin
-    import etl.cli.run
-    import etl.cli.show
-    import etl.cli.sql  # noqa: F401
-
+    """The ``etl`` entry point (the commands register on :data:`app` in :mod:`etl.cli`)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     app()
