@@ -82,6 +82,7 @@ def plan_batches(
     inputs_written: Mapping[str, Collection[int]] | None,
     backlog_threshold: int | None = None,
     max_batch: int | None = None,
+    recorded_slices: Collection[int] = (),
 ) -> list[EpochBatch]:
     """The batches a job should process next, in order.
 
@@ -95,6 +96,11 @@ def plan_batches(
     into consecutive batches of at most ``max_batch`` epochs. Batches still end only on
     runnable epochs, so one may exceed ``max_batch`` when no runnable epoch lies within
     reach (a long coalesced stretch in an input).
+
+    ``recorded_slices`` are the pending epochs whose source slice the catalog already
+    holds (an earlier attempt cut it, then failed). A batch never spans one of them: it
+    ends there, so that the replay reads exactly that recorded slice and nothing is cut
+    past it (docs/design.md, "Failure and recovery").
 
     The batches are contiguous from ``done_through + 1``; see :func:`pending_epochs` for
     the other arguments.
@@ -117,6 +123,7 @@ def plan_batches(
             start = epoch + 1
         return batches
     last = runnable[-1]
+    stops = sorted(recorded_slices)
     while start <= last:
         if max_batch is None:
             end = last
@@ -126,6 +133,9 @@ def plan_batches(
                 end = runnable[within]
             else:
                 end = runnable[bisect_left(runnable, start)]
+        recorded = [e for e in stops if start <= e < end]
+        if recorded:
+            end = recorded[0]
         batches.append(EpochBatch(start, end))
         start = end + 1
     return batches

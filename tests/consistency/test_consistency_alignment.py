@@ -162,3 +162,42 @@ def test_batches_are_contiguous_end_on_runnable_epochs_and_stay_under_the_horizo
                 # As long as allowed: the next runnable epoch would not have fitted.
                 later = [e for e in runnable if e > batch.last]
                 assert not later or later[0] - batch.first + 1 > max_batch
+
+
+def test_a_backlog_batch_ends_at_an_epoch_whose_slice_is_already_recorded():
+    # Epoch 5's slice was cut by an attempt that failed: a catch-up batch must not fold
+    # it into a later epoch (it would cut a new slice from 5's end and never read 5's).
+    plan = plan_batches(
+        done_through=3,
+        issued_through=9,
+        inputs_written=None,
+        backlog_threshold=2,
+        recorded_slices={5, 7},
+    )
+    assert plan == batches((4, 5), (6, 7), (8, 9))
+    # Without them the whole backlog is one batch: the rule is what splits it.
+    assert plan_batches(
+        done_through=3, issued_through=9, inputs_written=None, backlog_threshold=2
+    ) == batches((4, 9))
+
+
+@given(
+    done=st.integers(0, 20),
+    pending=st.integers(1, 30),
+    recorded=st.sets(st.integers(1, 60)),
+    max_batch=st.none() | st.integers(1, 8),
+)
+@settings(max_examples=200)
+def test_no_batch_spans_a_recorded_slice(done, pending, recorded, max_batch):
+    issued = done + pending
+    plan = plan_batches(
+        done_through=done,
+        issued_through=issued,
+        inputs_written=None,
+        backlog_threshold=1,
+        max_batch=max_batch,
+        recorded_slices=recorded,
+    )
+    assert plan[0].first == done + 1 and plan[-1].last == issued
+    for batch in plan:
+        assert not any(batch.first <= e < batch.last for e in recorded)
