@@ -44,7 +44,7 @@ def main() -> None:
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from etl.delta import commit_files, write_files
+    from etl.delta import Fence, commit_files, write_files
     from etl.spark import build_spark
 
     spark = build_spark(app_name="epoch-overhead-bench", conf={"spark.ui.enabled": "false"})
@@ -80,8 +80,7 @@ def main() -> None:
                     files,
                     schema=schema,
                     mode="append",
-                    app_id="bench",
-                    txn_version=1,
+                    fence=Fence("bench", generation=1),
                     metadata={"delta_barrier.epoch": 1},
                 )
 

@@ -56,6 +56,10 @@ class LogCommit:
     job: str | None = None
     attempt: int | None = None
     final: bool = False
+    part: int | None = None
+    """The micro-batch of the batch this commit holds (:data:`META_BATCH`)."""
+    audit: bool = False
+    """The commit is a quality gate's rewrite of the epoch (:data:`META_AUDIT`)."""
     restored_to: int | None = None
     """For a RESTORE commit: the version it restored. A rollback that emptied a table with
     no version before the rolled-back epoch (Delta cannot RESTORE to before version 0)
@@ -124,13 +128,13 @@ META_JOB = "delta_barrier.job"
 META_ATTEMPT = "delta_barrier.attempt"
 META_FINAL = "delta_barrier.final"
 META_BATCH = "delta_barrier.batch"
+META_AUDIT = "delta_barrier.audit"
 META_ROLLBACK_OF = "delta_barrier.rollback_of"
-# Written by the Delta layer besides the keys above. The app/txn pair lets an idempotent
-# commit find the version that recorded it; RESTORED_TO marks a rollback to "before
-# version 0" (an overwrite removing every file, since Delta cannot RESTORE to a version
-# that never existed).
-META_APP_ID = "delta_barrier.app_id"
-META_TXN_VERSION = "delta_barrier.txn_version"
+META_GENERATION = "delta_barrier.generation"
+# Written by the Delta layer besides the keys above. COMMIT_ID lets a writer tell whether
+# its own commit landed after an ambiguous failure; RESTORED_TO marks a rollback to
+# "before version 0" (an overwrite removing every file, since Delta cannot RESTORE to a
+# version that never existed).
 META_COMMIT_ID = "delta_barrier.commit_id"
 META_RESTORED_TO = "delta_barrier.restored_to"
 

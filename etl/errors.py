@@ -17,11 +17,13 @@ __all__ = [
     "DuplicateMergeKeyError",
     "EtlError",
     "ExpectationError",
+    "FencedError",
     "GateDefinitionError",
     "InternalError",
     "InvalidWriteOptionError",
     "JobError",
     "JobExecutionError",
+    "LeaseLostError",
     "OutputSchemaError",
     "PipelineBusyError",
     "PipelineDefinitionError",
@@ -125,6 +127,36 @@ class CommitConflictError(EtlError):
         super().__init__(
             f"refusing to commit to Delta table {table!r}: {reason}. Another writer changed "
             "the table; re-plan the write from its current version"
+        )
+
+
+class LeaseLostError(EtlError):
+    """This runner's lease of a job was taken over: it may no longer change the job's tables.
+
+    Another runner took the job over (this one paused or stalled past its lease). Nothing
+    of the batch in hand is sealed; the new owner recovers and replays it.
+    """
+
+    def __init__(self, *, job: str, generation: int, detail: str = ""):
+        self.job = job
+        self.generation = generation
+        super().__init__(
+            f"job {job!r}: this runner's lease (generation {generation}) was taken over by "
+            f"another runner{': ' + detail if detail else ''}; it stops without changing "
+            "anything, and the new owner recovers the job"
+        )
+
+
+class FencedError(LeaseLostError):
+    """A Delta table refuses a commit or RESTORE of a superseded lease generation."""
+
+    def __init__(self, *, table: str, job: str, generation: int, fenced_at: int):
+        self.table = table
+        self.fenced_at = fenced_at
+        super().__init__(
+            job=job,
+            generation=generation,
+            detail=f"Delta table {table!r} is fenced at generation {fenced_at}",
         )
 
 

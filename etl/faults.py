@@ -14,11 +14,15 @@ import threading
 from typing import Literal
 
 FaultPoint = Literal[
+    "after_claim",
+    "after_restore",
+    "after_slice_recorded",
     "before_commit",
     "after_commit",
+    "after_processed",
     "between_micro_batches",
+    "before_seal",
     "after_seal",
-    "after_slice_recorded",
 ]
 FAULT_ENV = "DELTA_BARRIER_FAULT"
 FAULT_EXIT_CODE = 86

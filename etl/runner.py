@@ -27,6 +27,7 @@ from catalog import Catalog, Epoch, EpochState, Lease, LeaseHeldError
 from consistency import EpochBatch, plan_batches
 from etl.engine import BatchResult, EpochEngine, RecoveryStep, recover
 from etl.errors import InternalError, PipelineBusyError
+from etl.leases import LeaseKeeper
 from etl.pipeline import Job, Pipeline
 
 log = logging.getLogger(__name__)
@@ -99,8 +100,7 @@ class Runner:
         self.max_parallel_jobs = max_parallel_jobs
         self.on_batch = on_batch
         self.engine = EpochEngine(pipeline=pipeline, catalog=catalog, spark=spark)
-        self._leases: dict[str, Lease] = {}
-        self._lease_lock = threading.Lock()
+        self._keeper: LeaseKeeper | None = None
         self._registered = False
 
     # -- setup -------------------------------------------------------------------------
@@ -114,24 +114,25 @@ class Runner:
         self._registered = True
 
     def acquire(self) -> None:
-        """Take the lease of every job; PipelineBusyError if another runner holds one."""
+        """Take the lease of every job; PipelineBusyError if another runner holds one.
+
+        The leases are renewed in the background until :meth:`release`.
+        """
         if not self._registered:
             self.register()
+        keeper = LeaseKeeper(self.catalog, owner=self.owner, ttl_seconds=self.lease_ttl_seconds)
         try:
-            for job in self.pipeline.ordered_jobs():
-                self._leases[job.name] = self.catalog.acquire_lease(
-                    job.name, self.owner, ttl_seconds=self.lease_ttl_seconds
-                )
+            keeper.acquire(job.name for job in self.pipeline.ordered_jobs())
         except LeaseHeldError as exc:
-            self.release()
             raise PipelineBusyError(
                 pipeline=self.pipeline.name, job=exc.job, owner=exc.owner
             ) from exc
+        self._keeper = keeper
 
     def release(self) -> None:
-        for lease in self._leases.values():
-            self.catalog.release_lease(lease)
-        self._leases.clear()
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.release()
 
     def __enter__(self) -> Runner:
         self.acquire()
@@ -141,23 +142,24 @@ class Runner:
         self.release()
 
     def _lease(self, job: Job) -> Lease:
-        with self._lease_lock:
-            lease = self._leases.get(job.name)
-            if lease is None:
-                raise InternalError(f"runner does not hold the lease of job {job.name!r}")
-            if (
-                lease.expires_at - _now(lease.expires_at)
-            ).total_seconds() < self.lease_ttl_seconds / 2:
-                lease = self.catalog.renew_lease(lease, ttl_seconds=self.lease_ttl_seconds)
-                self._leases[job.name] = lease
-            return lease
+        if self._keeper is None:
+            raise InternalError(f"runner does not hold the lease of job {job.name!r}")
+        return self._keeper.lease(job.name)
+
+    def _lease_check(self, job: Job) -> Callable[[], None]:
+        keeper = self._keeper
+        if keeper is None:
+            raise InternalError(f"runner does not hold the lease of job {job.name!r}")
+        return lambda: keeper.check(job.name)
 
     # -- the work ----------------------------------------------------------------------
 
     def recover(self) -> RunResult:
         steps: list[RecoveryStep] = []
         for job in self.pipeline.ordered_jobs():
-            steps.extend(recover(self.engine, job, self._lease(job)))
+            steps.extend(
+                recover(self.engine, job, self._lease(job), check_lease=self._lease_check(job))
+            )
         return RunResult(recovered=tuple(steps))
 
     def open_epoch(self, barrier_ts: datetime | None = None) -> Epoch:
@@ -190,11 +192,18 @@ class Runner:
                 ]
                 for item in job.inputs
             }
+        recorded = ()
+        if job.source is not None:
+            recorded = tuple(
+                s.epoch
+                for s in self.catalog.slices(job.source.name, after=done_through, up_to=latest.id)
+            )
         return plan_batches(
             done_through=done_through,
             issued_through=latest.id,
             inputs_written=inputs_written,
             backlog_threshold=self.backlog_threshold,
+            recorded_slices=recorded,
         )
 
     def run_pending(self) -> RunResult:
@@ -229,7 +238,7 @@ class Runner:
 
     @contextmanager
     def _holding_leases(self) -> Iterator[None]:
-        owned = bool(self._leases)
+        owned = self._keeper is not None
         if not owned:
             self.acquire()
         try:
@@ -263,7 +272,9 @@ class Runner:
             )
 
         def run_one(job: Job, batch: EpochBatch) -> BatchResult:
-            result = self.engine.run_batch(job, batch, self._lease(job))
+            result = self.engine.run_batch(
+                job, batch, self._lease(job), check_lease=self._lease_check(job)
+            )
             if self.on_batch:
                 self.on_batch(result)
             return result
@@ -306,7 +317,3 @@ class Runner:
         return RunResult(
             epochs_opened=tuple(opened), batches=tuple(results), failures=tuple(failures)
         )
-
-
-def _now(reference: datetime) -> datetime:
-    return datetime.now(reference.tzinfo)

@@ -16,7 +16,7 @@ Writing one batch::
     files = write_files(df, location, partition_by=["_epoch"], file_prefix="7-1-0")
     version = commit_files(
         location, files, schema=to_arrow_schema(df.schema, timezone="UTC"), mode="append",
-        partition_by=["_epoch"], app_id="delta-barrier/job", txn_version=7, metadata={...},
+        partition_by=["_epoch"], fence=Fence("job", generation=3), metadata={...},
     )
 """
 
@@ -30,11 +30,13 @@ from etl.delta.log import (
     open_table,
     table_version,
 )
-from etl.delta.merge import MergeWrite, merge_files
+from etl.delta.merge import MergeWrite, merge_files, require_unique_keys
 from etl.delta.read import read_arrow, read_epochs, read_pandas, read_table, scan
 from etl.delta.write import (
     CommitMode,
     DataFile,
+    Fence,
+    claim_table,
     commit_files,
     remove_staging,
     restore_table,
@@ -48,8 +50,10 @@ __all__ = [
     "ActiveFile",
     "CommitMode",
     "DataFile",
+    "Fence",
     "MergeWrite",
     "active_files",
+    "claim_table",
     "commit_files",
     "log_commits",
     "merge_files",
@@ -59,6 +63,7 @@ __all__ = [
     "read_pandas",
     "read_table",
     "remove_staging",
+    "require_unique_keys",
     "restore_table",
     "scan",
     "table_version",

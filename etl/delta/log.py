@@ -18,6 +18,8 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from consistency.models import (
     META_ATTEMPT,
+    META_AUDIT,
+    META_BATCH,
     META_EPOCH,
     META_FINAL,
     META_FIRST_EPOCH,
@@ -38,9 +40,6 @@ SUPPORTED_READER_FEATURES = frozenset({"timestampNtz", "vacuumProtocolCheck"})
 
 
 _MAX_READER_VERSION = 3
-
-
-_RECENT_COMMITS = 16
 
 
 def open_table(location: str, *, version: int | None = None, operation: str = "read") -> DeltaTable:
@@ -119,23 +118,6 @@ def history(table: DeltaTable, location: str, *, limit: int | None = None) -> li
         raise DeltaIOError(table=location, operation="history", reason=str(exc)) from exc
 
 
-def find_commit(table: DeltaTable, location: str, match: Mapping[str, object]) -> int | None:
-    """The newest version whose commitInfo has all of ``match``; None when none has."""
-
-    def matches(entry: Mapping[str, object]) -> bool:
-        return all(entry.get(k) == v for k, v in match.items())
-
-    def newest_match(entries: list[dict]) -> int | None:
-        return next((int(e["version"]) for e in entries if matches(e)), None)
-
-    # The commit sought is nearly always among the newest few; read the rest only if not.
-    recent = history(table, location, limit=_RECENT_COMMITS)
-    found = newest_match(recent)
-    if found is None and len(recent) == _RECENT_COMMITS:
-        found = newest_match(history(table, location))
-    return found
-
-
 def log_commits(location: str, *, after_version: int | None = None) -> list[LogCommit]:
     """The commits after ``after_version`` (all when None), oldest first, as recovery sees them.
 
@@ -147,9 +129,13 @@ def log_commits(location: str, *, after_version: int | None = None) -> list[LogC
     if not DeltaTable.is_deltatable(location):
         return []
     table = open_table(location, operation="log_commits")
+    # Only the commits after ``after_version`` are read: the newest ones, by count.
+    limit = None if after_version is None else table.version() - after_version
+    if limit is not None and limit <= 0:
+        return []
     commits = [
         _log_commit(entry)
-        for entry in history(table, location)
+        for entry in history(table, location, limit=limit)
         if after_version is None or int(entry["version"]) > after_version
     ]
     return sorted(commits, key=lambda c: c.version)
@@ -167,9 +153,15 @@ def _log_commit(entry: Mapping[str, Any]) -> LogCommit:
         first_epoch=_as_int(entry.get(META_FIRST_EPOCH)),
         job=None if entry.get(META_JOB) is None else str(entry[META_JOB]),
         attempt=_as_int(entry.get(META_ATTEMPT)),
-        final=entry.get(META_FINAL) in (True, "true", "True", 1, "1"),
+        final=_as_bool(entry.get(META_FINAL)),
+        part=_as_int(entry.get(META_BATCH)),
+        audit=_as_bool(entry.get(META_AUDIT)),
         restored_to=restored_to,
     )
+
+
+def _as_bool(value: object) -> bool:
+    return value in (True, "true", "True", 1, "1")
 
 
 def _as_int(value: object) -> int | None:
@@ -185,7 +177,6 @@ __all__ = [
     "ActiveFile",
     "active_files",
     "check_supported",
-    "find_commit",
     "history",
     "log_commits",
     "open_table",

@@ -85,7 +85,7 @@ def merge_files(
         rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         if check_unique_keys:
-            _check_unique_keys(rows, location, key_list)
+            require_unique_keys(rows, location, key_list)
         update_keys = rows.select(*[F.col(f"`{k}`") for k in key_list])
         files = active_files(table)
         touched = []
@@ -121,7 +121,8 @@ def merge_files(
     return MergeWrite(adds=adds, removes=[f.path for f in touched], upserted=upserted)
 
 
-def _check_unique_keys(rows: DataFrame, location: str, keys: list[str]) -> None:
+def require_unique_keys(rows: DataFrame, location: str, keys: list[str]) -> None:
+    """DuplicateMergeKeyError if ``rows`` hold two rows with the same non-null ``keys``."""
     from pyspark.sql import functions as F
 
     duplicate = (
@@ -138,4 +139,4 @@ def _check_unique_keys(rows: DataFrame, location: str, keys: list[str]) -> None:
         )
 
 
-__all__ = ["MergeWrite", "merge_files"]
+__all__ = ["MergeWrite", "merge_files", "require_unique_keys"]

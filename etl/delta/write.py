@@ -3,8 +3,8 @@
 Spark's Parquet writer writes the rows (Hive-style partition directories; partition columns
 are not stored in the files, as the Delta protocol says). The driver reads only the files'
 footers, for a small descriptor per file: path, size, partition values, row count and
-Delta statistics, and commits the files to the Delta log through delta-rs together with
-an app transaction (app id, version) that makes the commit idempotent.
+Delta statistics, and commits the files to the Delta log through delta-rs, fenced by the
+job's lease generation (:class:`Fence`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
-from deltalake.exceptions import DeltaError
+from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import (
     AddAction,
     CommitProperties,
@@ -36,10 +36,10 @@ from deltalake.transaction import (
 
 from consistency.models import (
     BEFORE_FIRST_VERSION,
-    META_APP_ID,
     META_COMMIT_ID,
+    META_GENERATION,
+    META_JOB,
     META_RESTORED_TO,
-    META_TXN_VERSION,
 )
 from etl.delta.layout import (
     PARTITION_TYPES,
@@ -48,10 +48,11 @@ from etl.delta.layout import (
     serialize_partition_value,
     written_partition_values,
 )
-from etl.delta.log import active_files, check_supported, find_commit, open_table
+from etl.delta.log import active_files, check_supported, history, open_table
 from etl.errors import (
     CommitConflictError,
     DeltaIOError,
+    FencedError,
     InvalidWriteOptionError,
     SchemaMismatchError,
 )
@@ -419,29 +420,124 @@ def _add_action(file: DataFile) -> AddAction:
     )
 
 
+FENCE_APP_PREFIX = "delta-barrier-fence/"
+# Commits that lose the race for the next version re-check their preconditions and try
+# again; past this many in a row something else is writing the table without pause.
+_MAX_COMMIT_ROUNDS = 20
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A job's claim on the tables it writes: its lease generation, kept in each table's log.
+
+    The claim is the Delta app transaction ``(delta-barrier-fence/<job>, generation)``
+    (Delta protocol, "Transaction Identifiers": the latest version per app id survives
+    every later commit, RESTOREs and checkpoints included). Every commit and RESTORE of the
+    job carries it and is applied only to a version that records no higher generation, as
+    exactly the next version (delta-rs writes the log entry put-if-absent; no retry is
+    rebased on top of another writer's commit). A runner whose lease was taken over can
+    therefore never change the table again once the new owner claimed it.
+    """
+
+    job: str
+    generation: int
+
+    @property
+    def app_id(self) -> str:
+        return FENCE_APP_PREFIX + self.job
+
+    def transaction(self) -> Transaction:
+        return Transaction(self.app_id, self.generation)
+
+    def check(self, table: DeltaTable, location: str) -> None:
+        """Raise FencedError if ``table`` (one loaded version) records a newer generation."""
+        recorded = table.transaction_version(self.app_id)
+        if recorded is not None and recorded > self.generation:
+            raise FencedError(
+                table=location, job=self.job, generation=self.generation, fenced_at=recorded
+            )
+
+    def recorded(self, table: DeltaTable) -> int | None:
+        return table.transaction_version(self.app_id)
+
+
+def _properties(fence: Fence, custom: Mapping[str, Any]) -> CommitProperties:
+    return CommitProperties(
+        custom_metadata={**custom, META_JOB: fence.job, META_GENERATION: fence.generation},
+        max_commit_retries=0,
+        app_transactions=[fence.transaction()],
+    )
+
+
+def _landed(location: str, after: int, commit_id: str) -> int | None:
+    """The version after ``after`` that holds the commit ``commit_id``, if it landed."""
+    table = open_table(location, operation="commit")
+    newer = table.version() - after
+    if newer <= 0:
+        return None
+    entries = history(table, location, limit=newer)
+    return next((int(e["version"]) for e in entries if e.get(META_COMMIT_ID) == commit_id), None)
+
+
+def claim_table(location: str, *, fence: Fence) -> int | None:
+    """Make ``location`` refuse every older generation of ``fence.job``; returns its version.
+
+    Commits nothing when the table already records this generation; None when the table
+    does not exist yet (its first commit will carry the fence). FencedError when a newer
+    generation claimed it first.
+    """
+    location = normalize_location(location)
+    for _ in range(_MAX_COMMIT_ROUNDS):
+        if not DeltaTable.is_deltatable(location):
+            return None
+        table = open_table(location, operation="claim")
+        check_supported(table, location)
+        fence.check(table, location)
+        if fence.recorded(table) == fence.generation:
+            return table.version()
+        try:
+            table.create_write_transaction(
+                [],
+                mode="append",
+                schema=table.schema(),
+                partition_by=list(table.metadata().partition_columns) or None,
+                commit_properties=_properties(fence, {}),
+            )
+        except CommitFailedError:
+            continue
+        except DeltaError as exc:
+            raise DeltaIOError(table=location, operation="claim", reason=str(exc)) from exc
+        return table.version() + 1
+    raise CommitConflictError(
+        table=location, reason=f"{_MAX_COMMIT_ROUNDS} claims in a row lost the race"
+    )
+
+
 def commit_files(
     location: str,
     files: Sequence[DataFile],
     *,
     schema: pa.Schema,
     mode: CommitMode,
+    fence: Fence,
+    metadata: Mapping[str, str | int | bool],
     partition_by: Sequence[str] = (),
     removes: Sequence[DataFile | str] = (),
-    app_id: str,
-    txn_version: int,
-    metadata: Mapping[str, str | int | bool],
 ) -> int:
-    """Commit written files to the Delta log; returns the version that holds them.
+    """Commit written files to the Delta log under ``fence``; returns the version holding them.
 
     The first commit creates the table with ``schema`` and ``partition_by``. ``overwrite``
-    removes every current file; ``removes`` (paths or DataFiles of the current version)
-    are removed in the same commit (copy-on-write). The commit records the app transaction
-    ``(app_id, txn_version)`` and ``metadata`` in commitInfo.
+    removes every current file; ``removes`` (paths or DataFiles) are removed in the same
+    commit (copy-on-write) and must all still be in the version committed on, else
+    CommitConflictError (the caller re-plans from the new version). ``metadata`` goes into
+    commitInfo with the job, its generation and a commit id.
 
-    Idempotent: when the log already records ``txn_version`` (or a later one) for
-    ``app_id``, nothing is committed and the version that recorded ``txn_version`` is
-    returned. Callers must therefore use growing ``txn_version``s, also across a RESTORE,
-    which does not reset an app's transaction version.
+    The commit is applied to the latest version V only if V records no newer generation
+    of the job (FencedError), and only as version V + 1. When another writer took V + 1
+    first (maintenance, or a new owner's claim), every precondition is checked again on
+    the new latest version before trying again; when the outcome of an attempt is unknown
+    (an I/O error after writing), the commit id tells whether it landed, so a commit is
+    never applied twice.
     """
     location = normalize_location(location)
     if mode not in get_args(CommitMode):
@@ -452,10 +548,8 @@ def commit_files(
         raise InvalidWriteOptionError(
             table=location, option="removes", reason="an overwrite removes every file already"
         )
-    properties = CommitProperties(
-        custom_metadata={**metadata, META_APP_ID: app_id, META_TXN_VERSION: txn_version},
-        app_transactions=[Transaction(app_id, txn_version)],
-    )
+    commit_id = uuid.uuid4().hex
+    properties = _properties(fence, {**metadata, META_COMMIT_ID: commit_id})
     adds = [_add_action(f) for f in files]
     if not DeltaTable.is_deltatable(location):
         if removes:
@@ -475,78 +569,84 @@ def commit_files(
         except DeltaError as exc:
             if not DeltaTable.is_deltatable(location):
                 raise DeltaIOError(table=location, operation="create", reason=str(exc)) from exc
+            if _landed(location, -1, commit_id) is not None:
+                return 0
             # Created concurrently: commit into it like into any existing table.
-    table = open_table(location, operation="commit")
-    check_supported(table, location)
-    recorded = table.transaction_version(app_id)
-    if recorded is not None and recorded >= txn_version:
-        return _version_of_transaction(table, location, app_id, txn_version, recorded)
-    _check_schema(table, location, schema)
-    if list(partition_by) != list(table.metadata().partition_columns):
-        raise InvalidWriteOptionError(
-            table=location,
-            option="partition_by",
-            reason=f"{list(partition_by)} differs from the table's partition columns "
-            f"{table.metadata().partition_columns}",
-        )
-    actions: list[AddAction | RemoveAction] = [*adds, *_remove_actions(table, location, removes)]
-    try:
-        table.create_write_transaction(
-            actions,
-            mode=mode,
-            schema=table.schema(),
-            partition_by=list(partition_by) or None,
-            commit_properties=properties,
-        )
-    except DeltaError as exc:
-        raise DeltaIOError(table=location, operation="commit", reason=str(exc)) from exc
-    # The DeltaTable object is not advanced by the commit; another writer may also have
-    # committed since, so look the version up by the transaction it recorded.
-    return _version_of_transaction(
-        open_table(location, operation="commit"), location, app_id, txn_version, txn_version
+    first_read: int | None = None
+    for _ in range(_MAX_COMMIT_ROUNDS):
+        table = open_table(location, operation="commit")
+        check_supported(table, location)
+        if first_read is not None:
+            landed = _landed(location, first_read, commit_id)
+            if landed is not None:
+                return landed
+        else:
+            first_read = table.version()
+        fence.check(table, location)
+        _check_schema(table, location, schema)
+        if list(partition_by) != list(table.metadata().partition_columns):
+            raise InvalidWriteOptionError(
+                table=location,
+                option="partition_by",
+                reason=f"{list(partition_by)} differs from the table's partition columns "
+                f"{table.metadata().partition_columns}",
+            )
+        actions: list[AddAction | RemoveAction] = [
+            *adds,
+            *_remove_actions(table, location, removes),
+        ]
+        try:
+            table.create_write_transaction(
+                actions,
+                mode=mode,
+                schema=table.schema(),
+                partition_by=list(partition_by) or None,
+                commit_properties=properties,
+            )
+        except CommitFailedError:
+            continue
+        except DeltaError as exc:
+            landed = _landed(location, table.version(), commit_id)
+            if landed is not None:
+                return landed
+            raise DeltaIOError(table=location, operation="commit", reason=str(exc)) from exc
+        return table.version() + 1
+    raise CommitConflictError(
+        table=location, reason=f"{_MAX_COMMIT_ROUNDS} commits in a row lost the race"
     )
 
 
-def _version_of_transaction(
-    table: DeltaTable, location: str, app_id: str, txn_version: int, recorded: int
-) -> int:
-    version = find_commit(table, location, {META_APP_ID: app_id, META_TXN_VERSION: txn_version})
-    if version is None:
-        raise DeltaIOError(
-            table=location,
-            operation="commit",
-            reason=f"the log records transaction version {recorded} of app {app_id!r}, at or "
-            f"past {txn_version}, but no retained commit carries version {txn_version}; it "
-            "was committed by another writer or the log entry was cleaned up. Use a higher "
-            "transaction version for new data",
-        )
-    return version
-
-
 def restore_table(
-    location: str, *, to_version: int | None, metadata: Mapping[str, str | int | bool]
+    location: str,
+    *,
+    to_version: int | None,
+    planned_at: int,
+    fence: Fence,
+    metadata: Mapping[str, str | int | bool],
 ) -> int:
     """Roll the table back to ``to_version``'s content; returns the new version.
 
-    A Delta RESTORE commit, with ``metadata`` in its commitInfo. ``to_version=None`` rolls
-    back to empty (before version 0, which RESTORE cannot reach): an overwrite commit that
-    removes every file, marked with ``restored_to = BEFORE_FIRST_VERSION`` for
-    :func:`~etl.delta.log.log_commits`. Restoring the current version commits nothing and
-    returns it. A RESTORE does not reset app transaction versions.
+    ``planned_at`` is the version the rollback was planned from: the RESTORE is applied
+    only as the version right after it and only if that version records no newer
+    generation than ``fence`` (FencedError); if the table moved on meanwhile it raises
+    CommitConflictError and the caller plans again. A Delta RESTORE commit, with
+    ``metadata`` in its commitInfo. ``to_version=None`` rolls back to empty (before version
+    0, which RESTORE cannot reach): an overwrite commit that removes every file, marked
+    with ``restored_to = BEFORE_FIRST_VERSION`` for :func:`~etl.delta.log.log_commits`.
+    Restoring the current version commits nothing. A RESTORE keeps app transactions.
     """
     location = normalize_location(location)
-    table = open_table(location, operation="restore")
-    current = table.version()
-    if to_version == current:
-        return current
-    if to_version is not None and not 0 <= to_version < current:
+    table = open_table(location, version=planned_at, operation="restore")
+    fence.check(table, location)
+    if to_version == planned_at:
+        return planned_at
+    if to_version is not None and not 0 <= to_version < planned_at:
         raise DeltaIOError(
             table=location,
             operation="restore",
-            reason=f"version {to_version} is not an earlier version (the table is at {current})",
+            reason=f"version {to_version} is not an earlier version (planned at {planned_at})",
         )
-    commit_id = uuid.uuid4().hex
-    custom: dict[str, Any] = {**metadata, META_COMMIT_ID: commit_id}
+    custom: dict[str, Any] = {**metadata, META_COMMIT_ID: uuid.uuid4().hex}
     try:
         if to_version is None:
             custom[META_RESTORED_TO] = BEFORE_FIRST_VERSION
@@ -555,23 +655,27 @@ def restore_table(
                 mode="overwrite",
                 schema=table.schema(),
                 partition_by=list(table.metadata().partition_columns) or None,
-                commit_properties=CommitProperties(custom_metadata=custom),
+                commit_properties=_properties(fence, custom),
             )
         else:
-            table.restore(to_version, commit_properties=CommitProperties(custom_metadata=custom))
+            table.restore(to_version, commit_properties=_properties(fence, custom))
+    except CommitFailedError as exc:
+        raise CommitConflictError(
+            table=location,
+            reason=f"the table moved past version {planned_at}, which the rollback was "
+            "planned from",
+        ) from exc
     except DeltaError as exc:
         raise DeltaIOError(table=location, operation="restore", reason=str(exc)) from exc
-    version = find_commit(open_table(location), location, {META_COMMIT_ID: commit_id})
-    if version is None:
-        raise DeltaIOError(
-            table=location, operation="restore", reason="the restore commit is not in the log"
-        )
-    return version
+    return planned_at + 1
 
 
 __all__ = [
+    "FENCE_APP_PREFIX",
     "CommitMode",
     "DataFile",
+    "Fence",
+    "claim_table",
     "commit_files",
     "remove_staging",
     "restore_table",

@@ -17,19 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pyspark.sql import functions as F
-
 from catalog import ValidationRecord
-from etl.delta import (
-    EPOCH_COLUMN,
-    active_files,
-    open_table,
-    read_epochs,
-    scan,
-    table_version,
-    write_files,
-)
-from etl.engine.commit import AUDIT_PART, BatchWrite, EpochWriter, current_version
+from consistency import META_JOB, META_ROLLBACK_OF
+from etl.delta import read_epochs, restore_table, table_version
+from etl.engine.commit import BatchWrite, EpochWriter, current_version
 from etl.quality import run_gate
 
 if TYPE_CHECKING:
@@ -46,9 +37,21 @@ class AuditVerdict:
 
 
 def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditVerdict:
-    """Validate the batch's rows of the gate's table; quarantine failing rows if the policy says."""
+    """Validate the batch's rows of the gate's table; quarantine failing rows if the policy says.
+
+    Quarantine takes the epoch out of the output again (a RESTORE to the version before
+    the batch) and writes the passing rows the way the job writes (append, merge on its
+    keys, or overwrite), as the epoch's final commit; so a merge keeps every key's
+    previously sealed row when its update was quarantined. When recovery finishes a batch
+    whose quarantine commit is already in the log, the gate's recorded verdict stands: it
+    is not validated again on the cleaned rows.
+    """
     job, batch, catalog = writer.job, writer.batch, writer.catalog
     location = catalog.get_table(job.output).location
+    if writer.resumed:
+        finished = _finished_audit(writer, gate, written)
+        if finished is not None:
+            return finished
     version = written.versions.get(job.output)
     if version is None:
         version = current_version(catalog, job.output)
@@ -57,6 +60,7 @@ def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditV
         session, location, version=version, first_epoch=batch.first, last_epoch=batch.last
     )
     outcome = run_gate(session, gate, rows, epoch=batch.last)
+    writer.check_lease()
     catalog.record_validation(
         ValidationRecord(
             table=job.output,
@@ -65,7 +69,9 @@ def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditV
             success=not outcome.failed_expectations,
             policy=gate.policy,
             results=outcome.summary(),
-        )
+        ),
+        job=job.name,
+        generation=writer.lease.generation,
     )
     if not outcome.success:
         return AuditVerdict(written, blocked_reason=outcome.blocked_reason)
@@ -88,38 +94,43 @@ def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditV
     )
     if not outcome.quarantined_count:
         return AuditVerdict(written)
-    # Rewrite the files that hold the epoch: their rows of other epochs (a merge rewrites
-    # whole files) plus the epoch's passing rows.
-    table = open_table(location, version=version)
-    touched = [
-        f
-        for f in active_files(table)
-        if (f.min_values.get(EPOCH_COLUMN) is None or f.min_values[EPOCH_COLUMN] <= batch.last)
-        and (f.max_values.get(EPOCH_COLUMN) is None or f.max_values[EPOCH_COLUMN] >= batch.first)
-    ]
-    kept = scan(session, location, table, touched).where(
-        ~F.col(EPOCH_COLUMN).between(batch.first, batch.last)
+    sealed = catalog.latest_written([job.output]).get(job.output)
+    base = sealed.delta_version if sealed is not None else None
+    passing = writer.prepare(
+        table=job.output,
+        frame=outcome.passing.select(*rows.columns),
+        mode=job.mode,
+        base=base,
+        name=f"{batch.last}-{writer.attempt}-audit",
     )
-    replacement = kept.unionByName(outcome.passing.select(*kept.columns))
-    files = write_files(
-        replacement,
+    writer.check_lease()
+    restore_table(
         location,
-        partition_by=job.partition_by,
-        file_prefix=f"{batch.last}-{writer.attempt}-audit",
+        to_version=base,
+        planned_at=current_version(catalog, job.output),
+        fence=writer.fence,
+        metadata={META_JOB: job.name, META_ROLLBACK_OF: str(batch.last)},
     )
-    new_version = writer.commit(
+    written = writer.commit_prepared(
+        # The output's rows of the batch are now only the passing ones.
+        BatchWrite(versions=written.versions, rows={**written.rows, job.output: 0}),
         table=job.output,
-        frame=replacement,
-        files=files,
-        removes=[f.path for f in touched],
-        part=AUDIT_PART,
+        prepared=passing,
+        part=0,
         final=True,
-        mode="append",
-    )
-    written = writer.record(
-        written,
-        table=job.output,
-        version=new_version,
-        rows=written.rows_of(job.output) - outcome.quarantined_count,
+        overwrite=job.mode == "overwrite",
+        audit=True,
     )
     return AuditVerdict(written, quarantined=outcome.quarantined_count)
+
+
+def _finished_audit(
+    writer: EpochWriter, gate: QualityGate, written: BatchWrite
+) -> AuditVerdict | None:
+    """The verdict of this attempt's audit if its quarantine commit is already in the log."""
+    job, batch, catalog = writer.job, writer.batch, writer.catalog
+    if gate.quarantine_table is None or writer.audited_version(job.output) is None:
+        return None
+    quarantine = catalog.table_epoch(gate.quarantine_table, batch.last)
+    quarantined = (quarantine.rows or 0) if quarantine is not None else 0
+    return AuditVerdict(written, quarantined=quarantined)

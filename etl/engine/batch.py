@@ -18,7 +18,7 @@ crash is :mod:`etl.engine.recovery`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -29,7 +29,13 @@ from catalog import Catalog, CommitManifest, EpochState, Lease, SealRequest
 from consistency import EpochBatch
 from etl.delta import EPOCH_COLUMN, read_epochs, read_table
 from etl.engine.audit import audit
-from etl.engine.commit import BatchWrite, EpochWriter, current_version
+from etl.engine.commit import (
+    BatchWrite,
+    EpochWriter,
+    LeaseCheck,
+    current_version,
+    next_attempt,
+)
 from etl.errors import (
     DeltaBarrierError,
     InternalError,
@@ -83,8 +89,29 @@ class EpochEngine:
         self.pipeline = pipeline
         self.catalog = catalog
         self.spark = spark
+        self._histories: dict[str, Callable[[int], list[Mapping[str, object]]]] = {}
 
-    def writer(self, job: Job, batch: EpochBatch, *, attempt: int, lease: Lease) -> EpochWriter:
+    def _slice_history(self, source: str) -> Callable[[int], list[Mapping[str, object]]]:
+        """The bounds of ``source``'s slices recorded after an epoch: one function per
+        source and engine, so that a source may cache what it learnt from it."""
+        if source not in self._histories:
+
+            def recorded(after: int) -> list[Mapping[str, object]]:
+                return [r.bounds for r in self.catalog.slices(source, after=after)]
+
+            self._histories[source] = recorded
+        return self._histories[source]
+
+    def writer(
+        self,
+        job: Job,
+        batch: EpochBatch,
+        *,
+        attempt: int,
+        lease: Lease,
+        check_lease: LeaseCheck | None = None,
+        resumed: bool = False,
+    ) -> EpochWriter:
         return EpochWriter(
             catalog=self.catalog,
             spark=self.spark,
@@ -92,34 +119,39 @@ class EpochEngine:
             batch=batch,
             attempt=attempt,
             lease=lease,
+            check_lease=check_lease or (lambda: None),
+            resumed=resumed,
         )
 
     # -- running a batch ---------------------------------------------------------------
 
-    def run_batch(self, job: Job, batch: EpochBatch, lease: Lease) -> BatchResult:
-        """Run one batch of the job; a failure raises a JobError naming job and epoch."""
+    def run_batch(
+        self, job: Job, batch: EpochBatch, lease: Lease, *, check_lease: LeaseCheck | None = None
+    ) -> BatchResult:
+        """Run one batch of the job; a failure raises a JobError naming job and epoch.
+
+        ``check_lease`` is called before every write and raises LeaseLostError once the
+        runner lost the job's lease: the batch stops before it changes anything more.
+        """
         try:
-            return self._run_batch(job, batch, lease)
+            return self._run_batch(job, batch, lease, check_lease)
         except DeltaBarrierError:
             raise
         except Exception as exc:
             raise JobExecutionError(job=job.name, epoch=batch.last, cause=exc) from exc
 
-    def _run_batch(self, job: Job, batch: EpochBatch, lease: Lease) -> BatchResult:
+    def _run_batch(
+        self, job: Job, batch: EpochBatch, lease: Lease, check_lease: LeaseCheck | None
+    ) -> BatchResult:
         epoch = self.catalog.get_epoch(batch.last)
-        # Any table of the job may hold the rolled-back attempt (a crash after a side
-        # output's commit leaves nothing of the epoch in the output): replay above all.
-        states = [
-            self.catalog.table_epoch(table, batch.last) for table in self.pipeline.tables_of(job)
-        ]
-        attempt = 1 + max(
-            (s.attempt for s in states if s and s.state is EpochState.ROLLED_BACK), default=0
-        )
+        # Any table of the job may hold an earlier attempt (a crash after a side output's
+        # commit leaves nothing of the epoch in the output): replay above all of them.
+        attempt = next_attempt(self.catalog, self.pipeline.tables_of(job), batch)
         session = self.spark.newSession()
-        writer = self.writer(job, batch, attempt=attempt, lease=lease)
+        writer = self.writer(job, batch, attempt=attempt, lease=lease, check_lease=check_lease)
         written = BatchWrite()
         if job.source is not None:
-            bounds = self._slice_bounds(job, batch, epoch.barrier_ts)
+            bounds = self._slice_bounds(job, batch, epoch.barrier_ts, lease)
             parts = job.source.micro_batches(bounds)
             for index, part in enumerate(parts):
                 final = index == len(parts) - 1
@@ -187,6 +219,8 @@ class EpochEngine:
                     first_epoch=batch.first,
                 )
             )
+        writer.check_lease()
+        maybe_crash("before_seal", job=job.name, epoch=batch.last)
         commit = self.catalog.seal(job.name, writer.lease.generation, requests)
         maybe_crash("after_seal", job=job.name, epoch=batch.last)
         return BatchResult(
@@ -201,12 +235,21 @@ class EpochEngine:
             commit=commit,
         )
 
-    def _slice_bounds(self, job: Job, batch: EpochBatch, barrier_ts) -> Mapping[str, object]:
+    def _slice_bounds(
+        self, job: Job, batch: EpochBatch, barrier_ts, lease: Lease
+    ) -> Mapping[str, object]:
         assert job.source is not None
-        recorded = self.catalog.get_slice(job.source.name, batch.last)
-        if recorded is not None:
-            return recorded.bounds
-        previous = self.catalog.latest_slice(job.source.name)
+        source = job.source.name
+        recorded = self.catalog.slices(source, after=batch.first - 1, up_to=batch.last)
+        if recorded and recorded[-1].epoch == batch.last and len(recorded) == 1:
+            return recorded[-1].bounds
+        if recorded:
+            # consistency.plan_batches ends a batch at an epoch with a recorded slice.
+            raise InternalError(
+                f"job {job.name!r}: batch {batch.first}..{batch.last} spans the recorded "
+                f"slices of epochs {[r.epoch for r in recorded]}"
+            )
+        previous = self.catalog.latest_slice(source)
         previous_bounds = previous.bounds if previous else None
         catch_up = batch.coalesced or job.source.is_backlogged(previous_bounds)
         bounds = job.source.cut(
@@ -216,10 +259,16 @@ class EpochEngine:
                 barrier_ts=barrier_ts,
                 previous_bounds=previous_bounds,
                 catch_up=catch_up,
+                recorded=self._slice_history(source),
             )
         )
         recorded_slice = self.catalog.record_slice(
-            job.source.name, batch.last, bounds, catch_up=catch_up
+            source,
+            batch.last,
+            bounds,
+            catch_up=catch_up,
+            job=job.name,
+            generation=lease.generation,
         )
         maybe_crash("after_slice_recorded", job=job.name, epoch=batch.last)
         return recorded_slice.bounds

@@ -2,53 +2,50 @@
 PROCESSED in the catalog.
 
 Every commit of a batch carries commit metadata (epoch, first epoch, job, attempt,
-micro-batch, final) that recovery reads back from the Delta log, and a Delta app
-transaction ``(app_id(job/table), txn_version(epoch, attempt, batch))`` that makes the
-commit idempotent. What a batch has committed so far travels as a frozen
+micro-batch, final) that recovery reads back from the Delta log, and the job's fence
+(:class:`etl.delta.Fence`: its lease generation), so that a runner whose lease was taken
+over cannot commit any more. What a batch has committed so far travels as a frozen
 :class:`BatchWrite` value: each step returns a new one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from catalog import EpochState
 from consistency import (
     META_ATTEMPT,
+    META_AUDIT,
     META_BATCH,
     META_EPOCH,
     META_FINAL,
     META_FIRST_EPOCH,
-    META_JOB,
     EpochBatch,
 )
-from etl.delta import DataFile, commit_files, merge_files, table_version, write_files
+from etl.delta import (
+    DataFile,
+    Fence,
+    commit_files,
+    log_commits,
+    merge_files,
+    require_unique_keys,
+    table_version,
+    write_files,
+)
 from etl.errors import InternalError, OutputSchemaError, SchemaMismatchError
 from etl.faults import maybe_crash
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from catalog import Catalog, Lease, WriteMode
     from etl.pipeline import Job
 
-# A Delta app transaction version must grow with every commit of the job, also across a
-# RESTORE (which does not reset it): epoch, then attempt, then micro-batch.
-_ATTEMPT_BITS = 12
-_BATCH_BITS = 12
-
-AUDIT_PART = (1 << _BATCH_BITS) - 1
-"""Micro-batch index of the commit that takes quarantined rows out of the output: above
-every real micro-batch, so its app transaction version is the epoch's highest."""
-
-
-def txn_version(epoch: int, attempt: int, batch: int) -> int:
-    return (epoch << (_ATTEMPT_BITS + _BATCH_BITS)) | (attempt << _BATCH_BITS) | batch
-
-
-def app_id(job: str) -> str:
-    return f"delta-barrier/{job}"
+LeaseCheck = Callable[[], None]
+"""Raises LeaseLostError when the runner no longer holds the job's lease."""
 
 
 def commit_metadata(job: Job, batch: EpochBatch, attempt: int) -> dict[str, str | int | bool]:
@@ -56,9 +53,43 @@ def commit_metadata(job: Job, batch: EpochBatch, attempt: int) -> dict[str, str 
     return {
         META_EPOCH: batch.last,
         META_FIRST_EPOCH: batch.first,
-        META_JOB: job.name,
         META_ATTEMPT: attempt,
     }
+
+
+def next_attempt(catalog: Catalog, tables: Iterable[str], batch: EpochBatch) -> int:
+    """The attempt number of a new run of ``batch``: above every attempt that ever touched
+    its epochs in ``tables``, as the catalog's audit trail and the Delta logs show them.
+
+    A RESTORE undoes an attempt's rows but not its commits: the log is the witness of an
+    attempt that died before the catalog heard of it, and recovery tells attempts apart
+    by their number.
+    """
+    seen = 0
+    for table in tables:
+        history = catalog.state_history(table, epoch=batch.last)
+        seen = max([seen, *(h.attempt for h in history)])
+        sealed = catalog.latest_written([table]).get(table)
+        location = catalog.get_table(table).location
+        for commit in log_commits(location, after_version=sealed.delta_version if sealed else None):
+            first = commit.first_epoch if commit.first_epoch is not None else commit.epoch
+            if commit.epoch is None or first is None:
+                continue
+            if first <= batch.last and commit.epoch >= batch.first:
+                seen = max(seen, commit.attempt or 1)
+    return seen + 1
+
+
+@dataclass(frozen=True)
+class PreparedWrite:
+    """Files written into a table for one commit, not committed yet."""
+
+    schema: pa.Schema
+    files: tuple[DataFile, ...]
+    removes: tuple[str, ...] = ()
+    """Relative paths of the files the commit replaces (a merge's copy-on-write)."""
+    rows: int = 0
+    """Rows the commit adds for the batch (a merge: the rows upserted)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +117,10 @@ class BatchWrite:
         return BatchWrite(versions=self.versions, rows={**self.rows, table: self.rows_of(table)})
 
 
+def _no_check() -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class EpochWriter:
     """Writes and commits the tables of one attempt at one batch of one job."""
@@ -96,6 +131,14 @@ class EpochWriter:
     batch: EpochBatch
     attempt: int
     lease: Lease
+    check_lease: LeaseCheck = field(default=_no_check, compare=False)
+    resumed: bool = False
+    """Recovery finishes a batch an earlier run committed: a step it repeats may already be
+    in the log (found by epoch, attempt and micro-batch) and is not committed twice."""
+
+    @property
+    def fence(self) -> Fence:
+        return Fence(self.job.name, self.lease.generation)
 
     @property
     def metadata(self) -> dict[str, str | int | bool]:
@@ -110,84 +153,154 @@ class EpochWriter:
         part: int,
         final: bool,
         mode: WriteMode,
+        base: int | None = None,
+        audit: bool = False,
     ) -> BatchWrite:
-        """Write and commit micro-batch ``part`` of ``table``; ``written`` plus what it committed."""
-        job, batch = self.job, self.batch
+        """Write and commit micro-batch ``part`` of ``table``; ``written`` plus what it committed.
+
+        ``base``: the version a merge upserts into (default: the batch's previous commit of
+        the table, else its latest version). An ``overwrite`` replaces the table's rows with
+        the batch's: its first micro-batch overwrites, the later ones append.
+        """
+        self.check_lease()
+        batch = self.batch
         info = self.catalog.get_table(table)
         location = info.location
+        if self.resumed:
+            done = self._committed_before(table, location, part=part, audit=audit)
+            if done is not None:
+                return self._known(written, table=table, version=done)
         current = table_version(location)
-        prefix = f"{batch.last}-{self.attempt}-{part}"
-        removes: Sequence[str] = ()
-        if mode == "merge" and current is not None:
+        prepared = self.prepare(
+            table=table,
+            frame=frame,
+            mode=mode,
+            base=base if base is not None else written.versions.get(table, current),
+            name=f"{batch.last}-{self.attempt}-{'audit' if audit else part}",
+        )
+        overwrites = mode == "overwrite" and table not in written.versions
+        if not (current is None or prepared.files or prepared.removes or overwrites):
+            return written.counted(table)
+        return self.commit_prepared(
+            written,
+            table=table,
+            prepared=prepared,
+            part=part,
+            final=final,
+            overwrite=overwrites,
+            audit=audit,
+        )
+
+    def prepare(
+        self, *, table: str, frame: DataFrame, mode: WriteMode, base: int | None, name: str
+    ) -> PreparedWrite:
+        """Write the files of ``frame`` into ``table`` (nothing is committed yet).
+
+        A merge upserts into the table at version ``base`` (copy-on-write: the files holding
+        an updated key are rewritten and listed to be removed); without a ``base`` it creates
+        the table, with the same check that no key appears twice.
+        """
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        location = self.catalog.get_table(table).location
+        schema = to_arrow_schema(frame.schema, timezone="UTC")
+        if mode == "merge" and base is not None:
             merged = merge_files(
                 self.spark,
                 location,
-                version=written.versions.get(table, current),
+                version=base,
                 updates=frame,
-                keys=job.keys,
-                partition_by=job.partition_by,
-                file_prefix=prefix,
+                keys=self.job.keys,
+                partition_by=self.job.partition_by,
+                file_prefix=name,
             )
-            files, removes, rows = merged.adds, merged.removes, merged.upserted
-        else:
-            files = write_files(frame, location, partition_by=job.partition_by, file_prefix=prefix)
-            rows = sum(f.rows for f in files)
-        needs_commit = current is None or bool(files) or bool(removes) or mode == "overwrite"
-        if not needs_commit:
-            return written.counted(table)
+            return PreparedWrite(
+                schema=schema,
+                files=tuple(merged.adds),
+                removes=tuple(merged.removes),
+                rows=merged.upserted,
+            )
+        if mode == "merge":
+            require_unique_keys(frame, location, list(self.job.keys))
+        files = write_files(frame, location, partition_by=self.job.partition_by, file_prefix=name)
+        return PreparedWrite(schema=schema, files=tuple(files), rows=sum(f.rows for f in files))
+
+    def commit_prepared(
+        self,
+        written: BatchWrite,
+        *,
+        table: str,
+        prepared: PreparedWrite,
+        part: int,
+        final: bool,
+        overwrite: bool,
+        audit: bool = False,
+    ) -> BatchWrite:
+        """Commit prepared files to ``table`` and record it PROCESSED."""
+        self.check_lease()
+        job, batch = self.job, self.batch
+        info = self.catalog.get_table(table)
         maybe_crash("before_commit", job=job.name, epoch=batch.last)
         version = self.commit(
             table=table,
-            frame=frame,
-            files=files,
-            removes=removes,
+            schema=prepared.schema,
+            files=prepared.files,
+            removes=prepared.removes,
             part=part,
             final=final,
-            mode=mode,
+            overwrite=overwrite,
+            audit=audit,
         )
         maybe_crash("after_commit", job=job.name, epoch=batch.last)
         written = self.record(
-            written, table=table, version=version, rows=written.rows_of(table) + rows
+            written, table=table, version=version, rows=written.rows_of(table) + prepared.rows
         )
+        maybe_crash("after_processed", job=job.name, epoch=batch.last)
         if info.schema_json is None:
             from deltalake import DeltaTable
 
-            self.catalog.update_table_schema(table, DeltaTable(location).schema().to_json())
+            self.catalog.update_table_schema(table, DeltaTable(info.location).schema().to_json())
         return written
 
     def commit(
         self,
         *,
         table: str,
-        frame: DataFrame,
+        schema: pa.Schema,
         files: Sequence[DataFile],
         removes: Sequence[str],
         part: int,
         final: bool,
-        mode: WriteMode,
+        overwrite: bool,
+        audit: bool = False,
     ) -> int:
         """Commit written files of micro-batch ``part`` to ``table``; returns the version."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         job = self.job
         location = self.catalog.get_table(table).location
+        metadata: dict[str, str | int | bool] = {
+            **self.metadata,
+            META_BATCH: part,
+            META_FINAL: final,
+        }
+        if audit:
+            metadata[META_AUDIT] = True
         try:
             return commit_files(
                 location,
                 files,
-                schema=to_arrow_schema(frame.schema, timezone="UTC"),
-                mode="overwrite" if mode == "overwrite" else "append",
+                schema=schema,
+                mode="overwrite" if overwrite else "append",
                 partition_by=job.partition_by if table == job.output else (),
                 removes=removes,
-                app_id=app_id(f"{job.name}/{table}"),
-                txn_version=txn_version(self.batch.last, self.attempt, part),
-                metadata={**self.metadata, META_BATCH: part, META_FINAL: final},
+                fence=self.fence,
+                metadata=metadata,
             )
         except SchemaMismatchError as exc:
             raise OutputSchemaError(job=job.name, epoch=self.batch.last, problem=str(exc)) from exc
 
     def record(self, written: BatchWrite, *, table: str, version: int, rows: int) -> BatchWrite:
         """Record ``table`` PROCESSED at ``version`` with ``rows`` rows of the batch in all."""
+        self.check_lease()
         self.catalog.record_processed(
             table,
             self.batch.last,
@@ -198,6 +311,40 @@ class EpochWriter:
             rows=rows,
         )
         return written.committed(table, version=version, rows=rows)
+
+    def audited_version(self, table: str) -> int | None:
+        """The version of this attempt's quality-gate rewrite of ``table``, if it committed."""
+        return self._committed_before(
+            table, self.catalog.get_table(table).location, part=0, audit=True
+        )
+
+    def _committed_before(self, table: str, location: str, *, part: int, audit: bool) -> int | None:
+        sealed = self.catalog.latest_written([table]).get(table)
+        for commit in reversed(
+            log_commits(location, after_version=sealed.delta_version if sealed else None)
+        ):
+            if (
+                commit.job == self.job.name
+                and commit.epoch == self.batch.last
+                and commit.attempt == self.attempt
+                and (commit.audit if audit else commit.part == part and not commit.audit)
+            ):
+                return commit.version
+        return None
+
+    def _known(self, written: BatchWrite, *, table: str, version: int) -> BatchWrite:
+        """``written`` plus a commit an earlier run made at ``version``, recorded PROCESSED
+        if that run died before recording it."""
+        state = self.catalog.table_epoch(table, self.batch.last)
+        if (
+            state is not None
+            and state.state is EpochState.PROCESSED
+            and state.attempt == self.attempt
+            and state.delta_version is not None
+            and state.delta_version >= version
+        ):
+            return written.committed(table, version=version, rows=state.rows or 0)
+        return self.record(written, table=table, version=version, rows=written.rows_of(table))
 
 
 def current_version(catalog: Catalog, table: str) -> int:

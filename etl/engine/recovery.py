@@ -19,13 +19,16 @@ from consistency import (
     META_ROLLBACK_OF,
     EpochBatch,
     LogCommit,
+    RecoveryAction,
     RollbackAction,
     SealAction,
     plan_recovery,
 )
-from etl.delta import log_commits, remove_staging, restore_table, table_version
+from etl.delta import Fence, claim_table, log_commits, remove_staging, restore_table
 from etl.engine.batch import EpochEngine
-from etl.engine.commit import BatchWrite
+from etl.engine.commit import BatchWrite, LeaseCheck
+from etl.errors import CommitConflictError
+from etl.faults import maybe_crash
 from etl.pipeline import Job
 
 
@@ -51,12 +54,35 @@ class RecoveryStep:
     version: int | None
 
 
-def recover(engine: EpochEngine, job: Job, lease: Lease) -> list[RecoveryStep]:
-    """Bring the catalog and the Delta logs of the job's tables back into agreement."""
+def recover(
+    engine: EpochEngine, job: Job, lease: Lease, *, check_lease: LeaseCheck | None = None
+) -> list[RecoveryStep]:
+    """Bring the catalog and the Delta logs of the job's tables back into agreement.
+
+    First every table of the job is claimed for ``lease``'s generation (its fence), so no
+    earlier runner of the job can change it any more; only then is the log read and the
+    plan made. A plan is executed only against the log version it was made from: if the
+    table moved on meanwhile (maintenance committed), recovery plans again.
+    """
+    fence = Fence(job.name, lease.generation)
+    for table in engine.pipeline.tables_of(job):
+        claim_table(engine.catalog.get_table(table).location, fence=fence)
+    maybe_crash("after_claim", job=job.name, epoch=0)
+    for _ in range(_PLANNING_ROUNDS - 1):
+        try:
+            return _recover(engine, job, lease, check_lease)
+        except CommitConflictError:
+            continue
+    return _recover(engine, job, lease, check_lease)
+
+
+def _recover(
+    engine: EpochEngine, job: Job, lease: Lease, check_lease: LeaseCheck | None
+) -> list[RecoveryStep]:
     steps: list[RecoveryStep] = []
     tables = engine.pipeline.tables_of(job)
-    plans = {}
-    complete: set[int] = set()
+    plans: dict[str, _TablePlan] = {}
+    complete: set[tuple[int, int]] = set()
     for table in tables:
         sealed = engine.catalog.latest_written([table]).get(table)
         location = engine.catalog.get_table(table).location
@@ -68,9 +94,7 @@ def recover(engine: EpochEngine, job: Job, lease: Lease) -> list[RecoveryStep]:
             if s.state in (EpochState.PROCESSED, EpochState.ROLLED_BACK)
         ]
         if table != job.output:
-            # A side output's epoch is complete only when the output's is: a crash between
-            # the side commit and the output commit leaves the side's commit to undo.
-            commits = [replace(c, final=c.final and c.epoch in complete) for c in commits]
+            commits = _follow_output(commits, complete)
         plan = plan_recovery(
             table=table,
             job=job.name,
@@ -79,18 +103,18 @@ def recover(engine: EpochEngine, job: Job, lease: Lease) -> list[RecoveryStep]:
             catalog_states=states,
             log=commits,
         )
-        plans[table] = (plan, commits, states)
+        planned_at = commits[-1].version if commits else (sealed.delta_version if sealed else None)
+        plans[table] = _TablePlan(plan.actions, tuple(commits), tuple(states), planned_at)
         if table == job.output:
-            complete = {a.epoch for a in plan.actions if isinstance(a, SealAction)}
+            complete = {(a.epoch, a.attempt) for a in plan.actions if isinstance(a, SealAction)}
 
     for table in tables:
-        plan, commits, states = plans[table]
+        plan = plans[table]
         for action in plan.actions:
             if isinstance(action, RollbackAction):
-                steps.append(_rollback(engine.catalog, job, table, action, commits, states, lease))
+                steps.append(_rollback(engine.catalog, job, table, action, plan, lease))
 
-    output_plan = plans[job.output][0]
-    for action in output_plan.actions:
+    for action in plans[job.output].actions:
         if not isinstance(action, SealAction):
             continue
         versions: dict[str, int] = {}
@@ -98,7 +122,7 @@ def recover(engine: EpochEngine, job: Job, lease: Lease) -> list[RecoveryStep]:
             seal = next(
                 (
                     a
-                    for a in plans[table][0].actions
+                    for a in plans[table].actions
                     if isinstance(a, SealAction) and a.epoch == action.epoch
                 ),
                 None,
@@ -119,7 +143,9 @@ def recover(engine: EpochEngine, job: Job, lease: Lease) -> list[RecoveryStep]:
                     generation=lease.generation,
                 )
         batch = EpochBatch(first=action.first_epoch, last=action.epoch)
-        writer = engine.writer(job, batch, attempt=action.attempt, lease=lease)
+        writer = engine.writer(
+            job, batch, attempt=action.attempt, lease=lease, check_lease=check_lease, resumed=True
+        )
         result = engine.publish(writer, BatchWrite(versions=versions))
         steps.append(
             RecoveryStep(
@@ -133,37 +159,76 @@ def recover(engine: EpochEngine, job: Job, lease: Lease) -> list[RecoveryStep]:
     return steps
 
 
+# Planning again after the table moved on under a rollback; past this, give up loudly.
+_PLANNING_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class _TablePlan:
+    actions: tuple[RecoveryAction, ...]
+    commits: tuple[LogCommit, ...]
+    states: tuple[TableEpoch, ...]
+    planned_at: int | None
+    """The newest log version the plan saw (None: the table has no version)."""
+
+
+def _follow_output(commits: Sequence[LogCommit], complete: set[tuple[int, int]]) -> list[LogCommit]:
+    """A side output's commits as recovery must see them: an (epoch, attempt) is complete
+    exactly when the output's is, and then at the side's last commit of it (a micro-batch
+    with no rejects commits nothing to the rejects table, so its own ``final`` flag may be
+    on no commit at all)."""
+    last: dict[tuple[int, int], int] = {}
+    for index, commit in enumerate(commits):
+        if commit.epoch is not None:
+            last[(commit.epoch, commit.attempt or 1)] = index
+    return [
+        replace(
+            c,
+            final=c.epoch is not None
+            and last.get(key := (c.epoch, c.attempt or 1)) == i
+            and key in complete,
+        )
+        for i, c in enumerate(commits)
+    ]
+
+
 def _rollback(
     catalog: Catalog,
     job: Job,
     table: str,
     action: RollbackAction,
-    commits: Sequence[LogCommit],
-    states: Sequence[TableEpoch],
+    plan: _TablePlan,
     lease: Lease,
 ) -> RecoveryStep:
     location = catalog.get_table(table).location
-    current = table_version(location)
-    if current is not None and action.to_version != current:
+    if plan.planned_at is not None and action.restore and action.to_version != plan.planned_at:
         restore_table(
             location,
             to_version=action.to_version,
+            planned_at=plan.planned_at,
+            fence=Fence(job.name, lease.generation),
             metadata={META_ROLLBACK_OF: ",".join(map(str, action.epochs)), META_JOB: job.name},
         )
-    by_epoch = {s.epoch: s for s in states}
+    maybe_crash("after_restore", job=job.name, epoch=action.epochs[0] if action.epochs else 0)
+    by_epoch = {s.epoch: s for s in plan.states}
     for epoch in action.epochs:
         state = by_epoch.get(epoch)
-        if state is None or state.state is not EpochState.PROCESSED:
-            # Committed to Delta but never recorded: record it so the audit shows the undo.
-            undone = [c for c in commits if c.epoch == epoch]
-            if state is not None and state.state is EpochState.ROLLED_BACK:
+        undone = [c for c in plan.commits if c.epoch == epoch]
+        # Every attempt the log saw stays on record, so a replay numbers itself above it.
+        attempt = max([*(c.attempt or 1 for c in undone), state.attempt if state else 1])
+        if state is None or state.attempt < attempt or state.state is not EpochState.PROCESSED:
+            if (
+                state is not None
+                and state.state is EpochState.ROLLED_BACK
+                and state.attempt >= attempt
+            ):
                 continue
             catalog.record_processed(
                 table,
                 epoch,
-                delta_version=undone[-1].version if undone else (current or 0),
+                delta_version=undone[-1].version if undone else (plan.planned_at or 0),
                 job=job.name,
-                attempt=max((c.attempt or 1 for c in undone), default=1),
+                attempt=attempt,
                 generation=lease.generation,
             )
         catalog.mark_rolled_back(

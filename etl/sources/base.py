@@ -8,8 +8,8 @@ bounds again, so ``read`` must return exactly the same records for the same boun
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,11 @@ class SliceRequest:
     previous_bounds: Mapping[str, object] | None
     """Bounds of the source's previous recorded slice; None for the first slice."""
     catch_up: bool = False
+    recorded: Callable[[int], Sequence[Mapping[str, object]]] = field(
+        default=lambda after: (), compare=False, repr=False
+    )
+    """The bounds of the source's slices recorded after an epoch, oldest first (a source
+    that must know everything it ever took, such as a directory of files, asks for them)."""
 
 
 @dataclass(frozen=True)

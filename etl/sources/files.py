@@ -1,9 +1,12 @@
 """A directory that files are dropped into, as a root source.
 
-Each epoch takes the files that arrived since the previous barrier, in order of
-modification time (then name): the slice's bounds list them, so a replay reads exactly
-the same files. Files whose name starts with ``.`` or ``_`` are in-flight by convention
-(write them under such a name, then rename) and are not taken.
+Each epoch takes the files that are in the directory at its barrier and that no earlier
+slice took, in order of modification time (then name): the slice's bounds list them, so
+a replay reads exactly the same files. What was taken is known by name, not by a
+modification-time watermark: a file moved in with an old time (``cp -p``, rsync, two
+producers renaming at once, coarse file-system clocks) is still taken, once. Files whose
+name starts with ``.`` or ``_`` are in-flight by convention (write them under such a name,
+then rename) and are not taken.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class FileSource(Source):
         self.column = column
         self.options = dict(options or {})
         self.files_per_micro_batch = files_per_micro_batch
+        self._taken_cache: tuple[object, int, set[str]] = (None, 0, set())
 
     def _arrivals(self) -> list[_Arrival]:
         if not self.path.is_dir():
@@ -80,18 +84,20 @@ class FileSource(Source):
 
     def cut(self, request: SliceRequest) -> Mapping[str, object]:
         barrier_ns = int(request.barrier_ts.timestamp() * 1_000_000_000)
-        previous = request.previous_bounds or {}
-        mark = previous.get("watermark")
-        after = (int(mark[0]), str(mark[1])) if isinstance(mark, list | tuple) else None
-        taken = [
-            a
-            for a in self._arrivals()
-            if a.mtime_ns <= barrier_ns and (after is None or (a.mtime_ns, a.name) > after)
-        ]
-        watermark = (
-            [taken[-1].mtime_ns, taken[-1].name] if taken else (list(after) if after else None)
-        )
-        return {"files": [a.name for a in taken], "watermark": watermark}
+        taken = self._taken(request)
+        fresh = [a for a in self._arrivals() if a.mtime_ns <= barrier_ns and a.name not in taken]
+        return {"files": [a.name for a in fresh]}
+
+    def _taken(self, request: SliceRequest) -> set[str]:
+        """Every file an earlier slice took. Cached per slice history (one catalog): only
+        the slices recorded since the previous cut are read again."""
+        history, through, names = self._taken_cache
+        if history is not request.recorded or through >= request.epoch:
+            through, names = 0, set()
+        for bounds in request.recorded(through):
+            names.update(bounds.get("files", []))  # type: ignore[arg-type]
+        self._taken_cache = (request.recorded, request.epoch - 1, names)
+        return names
 
     def micro_batches(self, bounds: Mapping[str, object]) -> Sequence[Mapping[str, object]]:
         files = list(bounds.get("files", []))  # type: ignore[call-overload]

@@ -29,6 +29,8 @@ from consistency.models import (
     LogCommit,
 )
 from etl.delta import (
+    Fence,
+    claim_table,
     commit_files,
     log_commits,
     merge_files,
@@ -47,6 +49,7 @@ from etl.errors import (
     CommitConflictError,
     DeltaIOError,
     DuplicateMergeKeyError,
+    FencedError,
     InvalidWriteOptionError,
     SchemaMismatchError,
     UnsupportedTableFeatureError,
@@ -75,6 +78,9 @@ def _row(i: int, epoch: int, name: str | None = "n") -> tuple:
     )
 
 
+FENCE = Fence("j", generation=1)
+
+
 def _commit(location, df, files, txn, *, mode="append", partition_by=(), removes=(), meta=None):
     return commit_files(
         str(location),
@@ -83,8 +89,7 @@ def _commit(location, df, files, txn, *, mode="append", partition_by=(), removes
         mode=mode,
         partition_by=partition_by,
         removes=removes,
-        app_id="test-app",
-        txn_version=txn,
+        fence=FENCE,
         metadata=meta or {},
     )
 
@@ -184,54 +189,67 @@ def test_string_upper_bound_is_above_every_string_with_the_prefix():
     assert _string_upper_bound("\U0010ffff" * 40) is None
 
 
-def test_commit_is_idempotent_per_app_transaction(spark, tmp_path):
-    rows = [_row(i, epoch=1) for i in range(1, 4)]
-    df = spark.createDataFrame(rows, SCHEMA)
-    files = write_files(df, str(tmp_path), file_prefix="a")
-
-    assert _commit(tmp_path, df, files, 1, meta={META_EPOCH: 1}) == 0
-    assert _commit(tmp_path, df, files, 1, meta={META_EPOCH: 1}) == 0
-    assert table_version(str(tmp_path)) == 0
-    assert read_table(spark, str(tmp_path)).count() == 3
-
-    more = write_files(df, str(tmp_path), file_prefix="b")
-    assert _commit(tmp_path, df, more, 2) == 1
-    # A replay of an older transaction returns the version that committed it.
+def test_a_claimed_table_refuses_every_older_generation(spark, tmp_path):
+    location = str(tmp_path)
+    df = spark.createDataFrame([_row(i, epoch=1) for i in range(1, 4)], SCHEMA)
+    files = write_files(df, location, file_prefix="a")
     assert _commit(tmp_path, df, files, 1) == 0
-    assert table_version(str(tmp_path)) == 1
-    assert read_table(spark, str(tmp_path)).count() == 6
-    # The guard is per app: another app's transaction 1 is a new commit.
-    other = commit_files(
-        str(tmp_path),
-        more,
-        schema=to_arrow_schema(df.schema, timezone="UTC"),
-        mode="append",
-        app_id="other-app",
-        txn_version=1,
-        metadata={},
-    )
-    assert other == 2
-    history = DeltaTable(str(tmp_path)).history()
-    assert history[0]["delta_barrier.app_id"] == "other-app"
+    assert claim_table(location, fence=Fence("j", generation=1)) == 0  # already ours: no commit
+    assert claim_table(location, fence=Fence("j", generation=2)) == 1
 
-
-def test_replayed_transaction_is_found_beyond_the_recent_history(tmp_path):
-    schema = pa.schema([("id", pa.int64())])
-    for txn in range(1, 21):
-        version = commit_files(
-            str(tmp_path),
+    late = write_files(df, location, file_prefix="late")
+    with pytest.raises(FencedError) as refused:
+        _commit(tmp_path, df, late, 2)
+    assert (refused.value.table, refused.value.job) == (location, "j")
+    assert (refused.value.generation, refused.value.fenced_at) == (1, 2)
+    with pytest.raises(FencedError):
+        restore_table(location, to_version=0, planned_at=1, fence=FENCE, metadata={})
+    with pytest.raises(FencedError):
+        claim_table(location, fence=FENCE)
+    # Another job's fence is its own: it does not stop this one.
+    other = Fence("k", generation=1)
+    assert (
+        commit_files(
+            location,
             [],
-            schema=schema,
+            schema=to_arrow_schema(df.schema, timezone="UTC"),
             mode="append",
-            app_id="a",
-            txn_version=txn,
+            fence=other,
             metadata={},
         )
-        assert version == txn - 1
-    replay = commit_files(
-        str(tmp_path), [], schema=schema, mode="append", app_id="a", txn_version=2, metadata={}
+        == 2
     )
-    assert replay == 1 and table_version(str(tmp_path)) == 19
+    assert table_version(location) == 2 and read_table(spark, location).count() == 3
+    # The fence survives a RESTORE by the new owner.
+    assert (
+        restore_table(location, to_version=0, planned_at=2, fence=Fence("j", 2), metadata={}) == 3
+    )
+    with pytest.raises(FencedError):
+        _commit(tmp_path, df, late, 3)
+
+
+def test_a_restore_applies_only_to_the_version_it_was_planned_from(spark, tmp_path):
+    location = str(tmp_path)
+    _append(spark, tmp_path, [_row(1, 1)], 1)
+    _append(spark, tmp_path, [_row(2, 2)], 2)
+    _append(spark, tmp_path, [_row(3, 3)], 3)
+    with pytest.raises(CommitConflictError):
+        restore_table(location, to_version=0, planned_at=1, fence=FENCE, metadata={})
+    assert table_version(location) == 2
+    assert restore_table(location, to_version=0, planned_at=2, fence=FENCE, metadata={}) == 3
+    assert [r.id for r in read_table(spark, location).collect()] == [1]
+
+
+def test_a_merge_commit_planned_on_files_another_commit_removed_is_refused(spark, tmp_path):
+    location = str(tmp_path)
+    _, files = _append(spark, tmp_path, [_row(1, 1)], 1)
+    df = spark.createDataFrame([_row(1, 2)], SCHEMA)
+    first = write_files(df, location, file_prefix="m1")
+    _commit(tmp_path, df, first, 2, removes=[f.path for f in files])
+    second = write_files(df, location, file_prefix="m2")
+    with pytest.raises(CommitConflictError):
+        _commit(tmp_path, df, second, 3, removes=[f.path for f in files])
+    assert [r.id for r in read_table(spark, location).collect()] == [1]
 
 
 def test_overwrite_removes_every_current_file(spark, tmp_path):
@@ -352,35 +370,36 @@ def test_restore_and_log_commits_for_recovery(spark, tmp_path):
         spark, tmp_path, [_row(i, 2) for i in range(3, 5)], 2, meta={**meta2, META_FINAL: False}
     )
 
-    restored = restore_table(location, to_version=0, metadata={META_ROLLBACK_OF: "2"})
+    restored = restore_table(
+        location, to_version=0, planned_at=1, fence=FENCE, metadata={META_ROLLBACK_OF: "2"}
+    )
 
     assert restored == 2
     assert sorted(r.id for r in read_table(spark, location).collect()) == [0, 1, 2]
     assert log_commits(location, after_version=0) == [
-        LogCommit(version=1, operation="WRITE", epoch=2, first_epoch=2, job="j", attempt=1),
-        LogCommit(version=2, operation="RESTORE", restored_to=0),
+        LogCommit(
+            version=1, operation="WRITE", epoch=2, first_epoch=2, job="j", attempt=1, part=0
+        ),
+        LogCommit(version=2, operation="RESTORE", job="j", restored_to=0),
     ]
     first = log_commits(location, after_version=None)[0]
     assert (first.version, first.epoch, first.job, first.final) == (0, 1, "j", True)
-    # A RESTORE does not reset the app's transaction version: re-committing epoch 2's
-    # transaction is a no-op that answers the restored-away version...
     df = spark.createDataFrame([_row(9, 2)], SCHEMA)
     files = write_files(df, location, file_prefix="r")
-    assert _commit(tmp_path, df, files, 2) == 1
-    assert read_table(spark, location).count() == 3
-    # ...so a replay must use a higher transaction version.
     assert _commit(tmp_path, df, files, 3, meta={META_EPOCH: 2, META_ATTEMPT: 2}) == 3
 
-    assert restore_table(location, to_version=3, metadata={}) == 3  # already there
-    emptied = restore_table(location, to_version=None, metadata={META_ROLLBACK_OF: "1,2"})
+    assert restore_table(location, to_version=3, planned_at=3, fence=FENCE, metadata={}) == 3
+    emptied = restore_table(
+        location, to_version=None, planned_at=3, fence=FENCE, metadata={META_ROLLBACK_OF: "1,2"}
+    )
     assert emptied == 4
     assert log_commits(location, after_version=3) == [
-        LogCommit(version=4, operation="WRITE", restored_to=BEFORE_FIRST_VERSION)
+        LogCommit(version=4, operation="WRITE", job="j", restored_to=BEFORE_FIRST_VERSION)
     ]
     empty = read_table(spark, location)
     assert empty.count() == 0 and empty.schema.fieldNames() == df.schema.fieldNames()
     with pytest.raises(DeltaIOError):
-        restore_table(location, to_version=9, metadata={})
+        restore_table(location, to_version=9, planned_at=4, fence=FENCE, metadata={})
 
 
 def test_schema_mismatch_names_table_and_columns(spark, tmp_path):
@@ -416,7 +435,7 @@ def test_tables_with_unsupported_features_are_refused(spark, tmp_path):
             lambda loc=location: read_table(spark, loc),
             lambda loc=location: read_arrow(loc),
             lambda loc=location: commit_files(
-                loc, [], schema=schema, mode="append", app_id="a", txn_version=1, metadata={}
+                loc, [], schema=schema, mode="append", fence=FENCE, metadata={}
             ),
         ):
             with pytest.raises(UnsupportedTableFeatureError) as err:

@@ -14,7 +14,14 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from etl.delta import commit_files, merge_files, read_table, restore_table, write_files
+from etl.delta import (
+    Fence,
+    commit_files,
+    merge_files,
+    read_table,
+    restore_table,
+    write_files,
+)
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 
@@ -71,8 +78,7 @@ def versions(spark, tmp_path_factory) -> tuple[str, list[int]]:
             mode=mode,
             partition_by=PARTITION_BY,
             removes=removes,
-            app_id="interop",
-            txn_version=txn,
+            fence=Fence("interop", generation=1),
             metadata={"delta_barrier.epoch": txn},
         )
 
@@ -100,7 +106,15 @@ def versions(spark, tmp_path_factory) -> tuple[str, list[int]]:
     fresh = spark.createDataFrame([_row(i, 4, names[i % 4]) for i in range(40, 44)], SCHEMA)
     files = write_files(fresh, location, partition_by=PARTITION_BY, file_prefix="4")
     written.append(commit(fresh, files, 4, mode="overwrite"))
-    written.append(restore_table(location, to_version=written[1], metadata={}))
+    written.append(
+        restore_table(
+            location,
+            to_version=written[1],
+            planned_at=written[-1],
+            fence=Fence("interop", generation=1),
+            metadata={},
+        )
+    )
     assert written == [0, 1, 2, 3, 4]
     return location, written
 
