@@ -65,6 +65,7 @@ from catalog.models import (
     WriteMode,
     validate_name,
 )
+from catalog.states import check_transition
 
 Backend = Literal["sqlite", "postgresql"]
 LatestQuery = Literal["written", "written_at_or_before", "processed", "validation"]
@@ -976,30 +977,14 @@ class SqlCatalog(Catalog):
             self._check_writer(conn, table, epoch, job, requested)
             self._epoch_row(conn, epoch)
             current = self._state_row(conn, table, epoch)
-            if current is not None:
-                state = EpochState(current.state)
-                if state in (EpochState.WRITTEN, EpochState.COALESCED):
-                    raise EpochStateError(
-                        table=table, epoch=epoch, current=state, requested=requested
-                    )
-                if state is EpochState.ROLLED_BACK and attempt <= current.attempt:
-                    raise EpochStateError(
-                        table=table,
-                        epoch=epoch,
-                        current=state,
-                        requested=requested,
-                        why=f"a replay needs an attempt above the rolled-back attempt "
-                        f"{current.attempt}, got {attempt}",
-                    )
-                if state is EpochState.PROCESSED and attempt < current.attempt:
-                    raise EpochStateError(
-                        table=table,
-                        epoch=epoch,
-                        current=state,
-                        requested=requested,
-                        why=f"attempt {attempt} is older than the recorded attempt "
-                        f"{current.attempt}",
-                    )
+            check_transition(
+                table,
+                epoch,
+                None if current is None else EpochState(current.state),
+                requested,
+                attempt=attempt,
+                current_attempt=None if current is None else current.attempt,
+            )
             return self._set_state(
                 conn,
                 TableEpoch(
@@ -1038,19 +1023,14 @@ class SqlCatalog(Catalog):
         self._epoch_row(conn, epoch)
         current = self._state_row(conn, table, epoch)
         current_state = None if current is None else EpochState(current.state)
-        if current_state not in (None, EpochState.PROCESSED):
-            raise EpochStateError(
-                table=table, epoch=epoch, current=current_state, requested=written
-            )
-        if current is not None and request.attempt < current.attempt:
-            raise EpochStateError(
-                table=table,
-                epoch=epoch,
-                current=current_state,
-                requested=written,
-                why=f"attempt {request.attempt} is older than the recorded attempt "
-                f"{current.attempt}",
-            )
+        check_transition(
+            table,
+            epoch,
+            current_state,
+            written,
+            attempt=request.attempt,
+            current_attempt=None if current is None else current.attempt,
+        )
         latest = self._latest_rows(conn, "written", [table])
         if latest and latest[0].epoch > epoch:
             raise EpochStateError(
@@ -1108,14 +1088,7 @@ class SqlCatalog(Catalog):
             )
         }
         for epoch, state in existing.items():
-            if state not in (EpochState.PROCESSED, EpochState.ROLLED_BACK):
-                raise EpochStateError(
-                    table=request.table,
-                    epoch=epoch,
-                    current=state,
-                    requested=EpochState.COALESCED,
-                    why=f"it cannot be coalesced into epoch {request.epoch}",
-                )
+            check_transition(request.table, epoch, state, EpochState.COALESCED)
         values = [
             {
                 "table_name": request.table,
@@ -1180,15 +1153,10 @@ class SqlCatalog(Catalog):
             self._check_lease(conn, job, generation)
             self._check_writer(conn, table, epoch, job, requested)
             current = self._state_row(conn, table, epoch)
-            state = None if current is None else EpochState(current.state)
-            if state is not EpochState.PROCESSED:
-                raise EpochStateError(
-                    table=table,
-                    epoch=epoch,
-                    current=state,
-                    requested=requested,
-                    why="only a PROCESSED epoch can be rolled back",
-                )
+            # Only a PROCESSED epoch can be rolled back.
+            check_transition(
+                table, epoch, None if current is None else EpochState(current.state), requested
+            )
             return self._set_state(
                 conn,
                 TableEpoch(

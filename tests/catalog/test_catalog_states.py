@@ -370,3 +370,29 @@ def test_table_status(chain):
     counts = status["counts"]
     assert (counts.kind, counts.writer_job, counts.latest_written) == ("derived", "count", None)
     assert counts.latest_processed is None and counts.latest_validation is None
+
+
+def test_every_transition_goes_through_the_one_state_machine(chain, monkeypatch):
+    import catalog.sql
+    import catalog.states
+
+    calls = []
+
+    def spy(table, epoch, current, requested, **attempts):
+        calls.append((table, epoch, current, requested))
+        return catalog.states.check_transition(table, epoch, current, requested, **attempts)
+
+    monkeypatch.setattr(catalog.sql, "check_transition", spy)
+    e1, e2, e3 = open_epochs(chain, 3)
+    processed(chain, "raw", e1, 1)
+    chain.catalog.mark_rolled_back("raw", e1, job="ingest", generation=1, reason="x")
+    processed(chain, "raw", e2, 2)
+    chain.seal_root(e3, 3, first_epoch=e1)
+    assert calls == [
+        ("raw", e1, None, P),
+        ("raw", e1, P, R),
+        ("raw", e2, None, P),
+        ("raw", e3, None, W),
+        ("raw", e1, R, C),
+        ("raw", e2, P, C),
+    ]
