@@ -1085,6 +1085,7 @@ class SqlCatalog(Catalog):
                     te.c.epoch >= first,
                     te.c.epoch < request.epoch,
                 )
+                .order_by(te.c.epoch)
             )
         }
         for epoch, state in existing.items():
