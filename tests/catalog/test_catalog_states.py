@@ -14,6 +14,7 @@ from catalog import (
     UnknownEpochError,
     UnknownTableError,
     ValidationRecord,
+    WriterMismatchError,
 )
 
 P, W, R, C = EpochState.PROCESSED, EpochState.WRITTEN, EpochState.ROLLED_BACK, EpochState.COALESCED
@@ -337,9 +338,12 @@ def test_states_at_and_ranges(chain):
 def test_validations_are_kept_per_epoch_and_replaced_on_rerun(chain):
     catalog = chain.catalog
     e1, e2 = open_epochs(chain, 2)
-    catalog.record_validation(ValidationRecord("raw", e1, False, "block", {"failed": ["a"]}))
-    catalog.record_validation(ValidationRecord("raw", e1, True, "block", {"failed": []}))
-    catalog.record_validation(ValidationRecord("raw", e2, False, "warn", {"n": 1}))
+    ingest = {"job": "ingest", "generation": chain.ingest.generation}
+    catalog.record_validation(
+        ValidationRecord("raw", e1, False, "block", {"failed": ["a"]}), **ingest
+    )
+    catalog.record_validation(ValidationRecord("raw", e1, True, "block", {"failed": []}), **ingest)
+    catalog.record_validation(ValidationRecord("raw", e2, False, "warn", {"n": 1}), **ingest)
     records = catalog.validations("raw")
     assert [(r.epoch, r.success, r.policy) for r in records] == [
         (e1, True, "block"),
@@ -349,9 +353,26 @@ def test_validations_are_kept_per_epoch_and_replaced_on_rerun(chain):
     assert [r.epoch for r in catalog.validations("raw", epoch=e2)] == [e2]
     assert catalog.validations("counts") == []
     with pytest.raises(UnknownTableError):
-        catalog.record_validation(ValidationRecord("ghost", e1, True, "warn"))
+        catalog.record_validation(ValidationRecord("ghost", e1, True, "warn"), **ingest)
     with pytest.raises(UnknownEpochError):
-        catalog.record_validation(ValidationRecord("raw", 99, True, "warn"))
+        catalog.record_validation(ValidationRecord("raw", 99, True, "warn"), **ingest)
+
+
+def test_validations_are_fenced_and_only_by_the_writer(chain):
+    catalog = chain.catalog
+    (e,) = open_epochs(chain, 1)
+    record = ValidationRecord("raw", e, True, "warn")
+    with pytest.raises(WriterMismatchError) as raised:
+        catalog.record_validation(record, job="count", generation=chain.count.generation)
+    assert (raised.value.table, raised.value.job, raised.value.writer) == ("raw", "count", "ingest")
+    catalog.release_lease(chain.ingest)
+    taken = catalog.acquire_lease("ingest", "runner-b", ttl_seconds=60)
+    with pytest.raises(StaleLeaseError) as stale:
+        catalog.record_validation(record, job="ingest", generation=chain.ingest.generation)
+    assert (stale.value.generation, stale.value.current_generation) == (1, 2)
+    assert catalog.validations("raw") == []
+    catalog.record_validation(record, job="ingest", generation=taken.generation)
+    assert [v.epoch for v in catalog.validations("raw")] == [e]
 
 
 def test_table_status(chain):
@@ -359,7 +380,9 @@ def test_table_status(chain):
     e1, e2 = open_epochs(chain, 2)
     seal_ingest(chain, e1, 1)
     processed(chain, "raw", e2, 2)
-    catalog.record_validation(ValidationRecord("raw", e2, False, "block"))
+    catalog.record_validation(
+        ValidationRecord("raw", e2, False, "block"), job="ingest", generation=1
+    )
     status = {s.table: s for s in catalog.table_status()}
     assert set(status) == {"raw", "rejects", "counts"}
     raw = status["raw"]
