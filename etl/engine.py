@@ -176,7 +176,7 @@ class EpochEngine:
         meta = commit_metadata(job, batch, attempt)
         rejected = 0
         if job.source is not None:
-            bounds = self._slice_bounds(job, batch, epoch.barrier_ts)
+            bounds = self._slice_bounds(job, batch, epoch.barrier_ts, lease)
             parts = job.source.micro_batches(bounds)
             for index, part in enumerate(parts):
                 final = index == len(parts) - 1
@@ -286,7 +286,9 @@ class EpochEngine:
 
         return audit_epoch(self, job, batch, attempt, lease, written)
 
-    def _slice_bounds(self, job: Job, batch: EpochBatch, barrier_ts) -> Mapping[str, object]:
+    def _slice_bounds(
+        self, job: Job, batch: EpochBatch, barrier_ts, lease: Lease
+    ) -> Mapping[str, object]:
         assert job.source is not None
         recorded = self.catalog.get_slice(job.source.name, batch.last)
         if recorded is not None:
@@ -306,7 +308,12 @@ class EpochEngine:
             )
         )
         recorded_slice = self.catalog.record_slice(
-            job.source.name, batch.last, bounds, catch_up=catch_up
+            job.source.name,
+            batch.last,
+            bounds,
+            catch_up=catch_up,
+            job=job.name,
+            generation=lease.generation,
         )
         maybe_crash("after_slice_recorded", job=job.name, epoch=batch.last)
         return recorded_slice.bounds

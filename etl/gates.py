@@ -61,7 +61,9 @@ def audit_epoch(
             success=not outcome.failed_expectations,
             policy=gate.policy,
             results=outcome.summary(),
-        )
+        ),
+        job=job.name,
+        generation=lease.generation,
     )
     if not outcome.success:
         return AuditVerdict(blocked_reason=outcome.blocked_reason)
