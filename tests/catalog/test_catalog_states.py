@@ -419,3 +419,64 @@ def test_every_transition_goes_through_the_one_state_machine(chain, monkeypatch)
         ("raw", e1, R, C),
         ("raw", e2, P, C),
     ]
+
+
+def test_table_status_shows_pipeline_lease_failure_freshness_and_commit(chain, tmp_path):
+    from catalog import JobFailureRecord
+
+    catalog = chain.catalog
+    e1, e2 = open_epochs(chain, 2)
+    seal_ingest(chain, e1, 1)
+    seal_count(chain, e1, 2)
+    processed(chain, "raw", e2, 3)
+    failed = catalog.record_failure(
+        JobFailureRecord(job="count", error_class="E", message="m", owner="runner-a", epoch=e2)
+    )
+    catalog.register_table(
+        TableSpec("orders", str(tmp_path / "orders"), kind="root", pipeline="sales")
+    )
+    sales_epoch = catalog.open_epoch(pipeline="sales")
+    status = {s.table: s for s in catalog.table_status()}
+    raw = status["raw"]
+    assert (raw.pipeline, raw.retired) == ("default", False)
+    assert raw.writer_lease == catalog.get_lease("ingest")
+    assert raw.writer_lease.acquired_at is not None
+    assert raw.writer_last_failure is None
+    assert raw.pipeline_latest_epoch == catalog.get_epoch(e2)
+    assert raw.latest_written_barrier_ts == catalog.get_epoch(e1).barrier_ts
+    assert raw.pipeline_latest_commit == catalog.get_commit(e1)
+    counts = status["counts"]
+    assert counts.writer_last_failure == failed
+    assert counts.writer_lease.owner == "runner-a"
+    orders = status["orders"]
+    assert (orders.pipeline, orders.writer_job, orders.writer_lease) == ("sales", None, None)
+    assert orders.pipeline_latest_epoch == sales_epoch
+    assert orders.pipeline_latest_commit is None and orders.latest_written_barrier_ts is None
+    catalog.retire_job("count")
+    catalog.retire_table("counts")
+    assert {s.table: s.retired for s in catalog.table_status()}["counts"] is True
+
+
+def test_table_status_costs_a_fixed_number_of_queries(chain):
+    import sqlalchemy as sa
+
+    catalog = chain.catalog
+
+    def statements() -> int:
+        seen = []
+
+        def count(*_args):
+            seen.append(1)
+
+        sa.event.listen(catalog._engine, "before_cursor_execute", count)
+        try:
+            catalog.table_status()
+        finally:
+            sa.event.remove(catalog._engine, "before_cursor_execute", count)
+        return len(seen)
+
+    few = statements()
+    for e in open_epochs(chain, 20):
+        seal_ingest(chain, e, e)
+        seal_count(chain, e, e)
+    assert statements() == few
