@@ -32,6 +32,31 @@ class CatalogUnavailableError(CatalogError):
         )
 
 
+class CatalogNotFoundError(CatalogError):
+    """Opening without ``create``: there is no catalog where the URL points."""
+
+    def __init__(self, *, backend: str, where: str):
+        self.backend = backend
+        self.where = where
+        super().__init__(
+            f"no catalog found at {where}; nothing was created. "
+            "`etl run` creates the catalog on the pipeline's first run"
+        )
+
+
+class CatalogReadOnlyError(CatalogError):
+    """A write to a catalog that was opened read-only (or whose file is read-only)."""
+
+    def __init__(self, *, url: str, operation: str | None = None):
+        self.url = url
+        self.operation = operation
+        what = f" ({operation})" if operation else ""
+        super().__init__(
+            f"the catalog at {url} is read-only: cannot write to it{what}. "
+            "Reading works; to write, open it where its file and directory are writable"
+        )
+
+
 class SchemaVersionError(CatalogError):
     """The catalog database was created by another version of Delta Barrier."""
 
@@ -75,6 +100,57 @@ class UnknownJobError(RegistrationError):
     def __init__(self, job: str):
         self.job = job
         super().__init__(f"job {job!r} is not registered in the catalog")
+
+
+class UnknownPipelineError(RegistrationError):
+    def __init__(self, pipeline: str):
+        self.pipeline = pipeline
+        super().__init__(
+            f"pipeline {pipeline!r} is not registered in the catalog; "
+            "it comes into being when its first table or job is registered"
+        )
+
+
+class PipelineMismatchError(RegistrationError):
+    """A job may only read and write tables of its own pipeline."""
+
+    def __init__(self, *, job: str, table: str, job_pipeline: str, table_pipeline: str, role: str):
+        self.job = job
+        self.table = table
+        self.job_pipeline = job_pipeline
+        self.table_pipeline = table_pipeline
+        self.role = role
+        hint = "; read a foreign pipeline's table as a source instead" if role == "input" else ""
+        super().__init__(
+            f"job {job!r} of pipeline {job_pipeline!r} cannot use table {table!r} of "
+            f"pipeline {table_pipeline!r} as an {role}: a job's tables must belong to its "
+            f"own pipeline{hint}"
+        )
+
+
+class RetirementBlockedError(RegistrationError):
+    """A table or job cannot be retired while active jobs depend on it."""
+
+    def __init__(self, *, kind: str, name: str, blockers: Sequence[str], reason: str):
+        self.kind = kind
+        self.name = name
+        self.blockers = tuple(blockers)
+        super().__init__(f"cannot retire {kind} {name!r}: {reason}")
+
+
+class RetiredError(CatalogError):
+    """A retired table or job was asked to take part in something new."""
+
+    def __init__(self, *, kind: str, name: str, retired_at: object, job: str | None = None):
+        self.kind = kind
+        self.name = name
+        self.retired_at = retired_at
+        self.job = job
+        who = f"job {job!r} uses " if job and kind == "table" else ""
+        super().__init__(
+            f"{who}{kind} {name!r}, which is retired (since {retired_at}); "
+            f"register the {kind} again to revive it"
+        )
 
 
 class DuplicateWriterError(RegistrationError):
@@ -132,6 +208,40 @@ class UnknownEpochError(CatalogError):
         super().__init__(f"epoch {epoch} has not been issued by this catalog")
 
 
+class ForeignEpochError(CatalogError):
+    """An epoch of one pipeline was used with a table or job of another."""
+
+    def __init__(
+        self,
+        *,
+        epoch: int,
+        epoch_pipeline: str,
+        pipeline: str,
+        table: str | None = None,
+        job: str | None = None,
+    ):
+        self.epoch = epoch
+        self.epoch_pipeline = epoch_pipeline
+        self.pipeline = pipeline
+        self.table = table
+        self.job = job
+        of = f" of table {table!r}" if table else f" of job {job!r}" if job else ""
+        super().__init__(
+            f"epoch {epoch} belongs to pipeline {epoch_pipeline!r}, not to pipeline "
+            f"{pipeline!r}{of}"
+        )
+
+
+class WriterMismatchError(CatalogError):
+    """A job tried to record something about a table it does not write."""
+
+    def __init__(self, *, table: str, job: str, writer: str | None):
+        self.table = table
+        self.job = job
+        self.writer = writer
+        super().__init__(f"table {table!r} is written by job {writer!r}, not by job {job!r}")
+
+
 class EpochStateError(CatalogError):
     """An epoch state transition that the state machine does not allow."""
 
@@ -154,13 +264,14 @@ class LeaseError(CatalogError):
 
 
 class LeaseHeldError(LeaseError):
-    def __init__(self, *, job: str, owner: str, expires_at: object):
+    def __init__(self, *, job: str, owner: str, acquired_at: object, expires_at: object):
         self.job = job
         self.owner = owner
+        self.acquired_at = acquired_at
         self.expires_at = expires_at
         super().__init__(
-            f"job {job!r} is being run by {owner} (lease held until {expires_at}); "
-            "wait for it to finish or for the lease to expire"
+            f"job {job!r} is being run by {owner} (lease held since {acquired_at}, "
+            f"until {expires_at}); wait for it to finish or for the lease to expire"
         )
 
 
@@ -183,3 +294,54 @@ class CatalogUrlError(CatalogError):
     def __init__(self, *, url: str, reason: str):
         self.url = url
         super().__init__(f"cannot use catalog URL {url!r}: {reason}")
+
+
+class RetentionError(CatalogError):
+    """A problem with pins, tags or expired epochs."""
+
+
+class EpochExpiredError(RetentionError):
+    """The epoch expired under the retention policy: it cannot be pinned, tagged or read."""
+
+    def __init__(self, *, epoch: int, rule: str, expired_at: object):
+        self.epoch = epoch
+        self.rule = rule
+        self.expired_at = expired_at
+        super().__init__(
+            f"epoch {epoch} has expired (at {expired_at}) under the retention rule {rule!r}; "
+            "its cut is no longer kept"
+        )
+
+
+class PinExpiredError(RetentionError):
+    """A pin expired (or was released) before its holder renewed it."""
+
+    def __init__(self, *, pin_id: str, holder: str, expired_at: object | None):
+        self.pin_id = pin_id
+        self.holder = holder
+        self.expired_at = expired_at
+        when = f"expired at {expired_at}" if expired_at is not None else "was released"
+        super().__init__(
+            f"pin {pin_id} of {holder} {when}; what it protected may have been cleaned up: "
+            "take a new snapshot"
+        )
+
+
+class TagExistsError(RetentionError):
+    def __init__(self, *, name: str, epoch: int):
+        self.name = name
+        self.epoch = epoch
+        super().__init__(f"tag {name!r} already exists (at epoch {epoch}); delete it first")
+
+
+class UnknownTagError(RetentionError):
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(f"tag {name!r} does not exist")
+
+
+class InvalidRetentionPolicyError(RetentionError):
+    def __init__(self, *, pipeline: str | None, reason: str):
+        self.pipeline = pipeline
+        of = f"pipeline {pipeline!r}" if pipeline else "the catalog-wide default"
+        super().__init__(f"retention policy of {of} is not valid JSON: {reason}")

@@ -11,6 +11,12 @@ from typing import Literal
 
 from catalog.errors import InvalidNameError
 
+PIPELINE_DEFAULT = "default"
+"""The pipeline of tables, jobs and epochs that name none (and of everything in a v1 catalog)."""
+
+FAILURE_MESSAGE_MAX_CHARS = 1000
+"""A recorded job failure's message is one line of at most this many characters."""
+
 WriteMode = Literal["append", "merge", "overwrite"]
 TableKind = Literal["root", "derived", "rejects", "quarantine"]
 
@@ -54,6 +60,8 @@ class TableSpec:
     schema_json: str | None = None
     """Delta schema (JSON) once known."""
     partition_by: tuple[str, ...] = ()
+    pipeline: str = PIPELINE_DEFAULT
+    """The pipeline the table belongs to: its epochs are that pipeline's epochs."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,8 @@ class TableInfo(TableSpec):
     """The first epoch this table is responsible for."""
     writer_job: str | None = None
     created_at: datetime | None = None
+    retired_at: datetime | None = None
+    """Set once retired: history stays readable, COMMIT decisions ignore the table."""
 
 
 @dataclass(frozen=True)
@@ -76,11 +86,25 @@ class JobSpec:
     keys: tuple[str, ...] = ()
     side_outputs: tuple[str, ...] = ()
     """Rejects or quarantine tables the job also writes, sealed with its output."""
+    pipeline: str = PIPELINE_DEFAULT
+    """The pipeline the job belongs to; its inputs and outputs must belong to it too."""
 
 
 @dataclass(frozen=True)
 class JobInfo(JobSpec):
     created_at: datetime | None = None
+    retired_at: datetime | None = None
+    """Set once retired: its lease can no longer be taken; its history stays readable."""
+
+
+@dataclass(frozen=True)
+class PipelineInfo:
+    """A named pipeline: a set of jobs and tables whose epochs commit together."""
+
+    name: str
+    created_at: datetime | None = None
+    retention_policy: str | None = None
+    """The pipeline's own retention policy (JSON text), if it has one."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +121,8 @@ class Epoch:
     id: int
     barrier_ts: datetime
     created_at: datetime
+    pipeline: str = PIPELINE_DEFAULT
+    """The pipeline that opened the epoch; ids are one sequence across pipelines."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +176,8 @@ class CommitManifest:
     versions: Mapping[str, int]
     barrier_ts: datetime | None = None
     committed_at: datetime | None = None
+    pipeline: str = PIPELINE_DEFAULT
+    """The pipeline whose (active) tables the manifest covers."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +186,8 @@ class Lease:
     owner: str
     generation: int
     expires_at: datetime
+    acquired_at: datetime | None = None
+    """When this generation of the lease was taken."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +204,88 @@ class ValidationRecord:
 
 
 @dataclass(frozen=True)
+class JobFailureRecord:
+    """One failed batch (or run) of a job, on record for operators."""
+
+    job: str
+    error_class: str
+    message: str
+    """One line; the catalog collapses line breaks and truncates it to
+    FAILURE_MESSAGE_MAX_CHARS."""
+    owner: str
+    """The runner instance that failed (e.g. host:pid:id)."""
+    epoch: int | None = None
+    attempt: int | None = None
+    generation: int | None = None
+    pipeline: str | None = None
+    """The job's pipeline: set by the catalog (a different value is refused)."""
+    failed_at: datetime | None = None
+    """Set by the catalog."""
+    id: int | None = None
+    """Set by the catalog: increasing in recording order."""
+
+
+class ResolutionAction(StrEnum):
+    """How an operator resolved a blocked epoch."""
+
+    ACCEPT = "ACCEPT"
+    """Seal the epoch as written, failing rows included."""
+    QUARANTINE = "QUARANTINE"
+    """Move the failing rows to the quarantine table and seal the rest."""
+    SKIP = "SKIP"
+    """Restore the table, roll the epoch back and replay it as an empty epoch."""
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """An operator's resolution of a blocked epoch of a table, kept for audit."""
+
+    table: str
+    epoch: int
+    action: ResolutionAction
+    actor: str
+    """Free text naming who resolved it (e.g. user@host)."""
+    reason: str
+    at: datetime | None = None
+    """Set by the catalog."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A cut protected from retention while the pin lives (renewed by its holder)."""
+
+    id: str
+    pipeline: str | None
+    epoch: int | None
+    """None for a read-committed or read-uncommitted cut: only its versions are protected."""
+    versions: Mapping[str, int]
+    holder: str
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Tag:
+    """A named cut that lives until deleted."""
+
+    name: str
+    epoch: int
+    versions: Mapping[str, int]
+    pipeline: str | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EpochExpiry:
+    """An epoch expired under a retention rule: it can no longer be pinned, tagged or read."""
+
+    epoch: int
+    pipeline: str
+    rule: str
+    expired_at: datetime
+
+
+@dataclass(frozen=True)
 class TableStatus:
     """What an operator sees per table: its writer and how far its epochs have got."""
 
@@ -183,3 +295,13 @@ class TableStatus:
     latest_processed: TableEpoch | None
     latest_written: TableEpoch | None
     latest_validation: ValidationRecord | None = None
+    pipeline: str = PIPELINE_DEFAULT
+    retired: bool = False
+    writer_lease: Lease | None = None
+    """The writer job's lease (live or not): owner, generation, acquired_at, expires_at."""
+    writer_last_failure: JobFailureRecord | None = None
+    pipeline_latest_epoch: Epoch | None = None
+    """The newest epoch the table's pipeline has opened."""
+    latest_written_barrier_ts: datetime | None = None
+    """The barrier timestamp of ``latest_written``: freshness in seconds."""
+    pipeline_latest_commit: CommitManifest | None = None

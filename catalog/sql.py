@@ -13,6 +13,7 @@ database server's on PostgreSQL (shared by every machine) and the local clock on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -25,35 +26,56 @@ from typing import Any, Literal, get_args
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import QueuePool, StaticPool
 
 from catalog.base import SCHEMA_VERSION, Catalog
 from catalog.errors import (
     CatalogError,
+    CatalogNotFoundError,
+    CatalogReadOnlyError,
     CatalogUnavailableError,
     CatalogUrlError,
     DuplicateWriterError,
+    EpochExpiredError,
     EpochStateError,
+    ForeignEpochError,
+    InvalidRetentionPolicyError,
     LeaseError,
     LeaseHeldError,
     LineageCycleError,
+    PinExpiredError,
+    PipelineMismatchError,
     RegistrationError,
+    RetiredError,
+    RetirementBlockedError,
     SchemaVersionError,
     SliceConflictError,
     StaleLeaseError,
     TableConflictError,
+    TagExistsError,
     UnknownEpochError,
     UnknownJobError,
+    UnknownPipelineError,
     UnknownTableError,
+    UnknownTagError,
+    WriterMismatchError,
 )
 from catalog.models import (
+    FAILURE_MESSAGE_MAX_CHARS,
+    PIPELINE_DEFAULT,
     CommitManifest,
     Epoch,
+    EpochExpiry,
     EpochState,
+    JobFailureRecord,
     JobInfo,
     JobSpec,
     Lease,
     LineageEdge,
+    Pin,
+    PipelineInfo,
+    Resolution,
+    ResolutionAction,
     SealRequest,
     SourceSlice,
     TableEpoch,
@@ -61,10 +83,12 @@ from catalog.models import (
     TableKind,
     TableSpec,
     TableStatus,
+    Tag,
     ValidationRecord,
     WriteMode,
     validate_name,
 )
+from catalog.states import check_transition
 
 Backend = Literal["sqlite", "postgresql"]
 LatestQuery = Literal["written", "written_at_or_before", "processed", "validation"]
@@ -114,6 +138,18 @@ def _epoch_column(name: str, *args: Any, **kw: Any) -> sa.Column[int]:
     return sa.Column(name, sa.BigInteger, *args, **kw)
 
 
+def _pipeline_column() -> sa.Column[str]:
+    # No foreign key: SQLite cannot add a referencing column with a non-NULL default, and
+    # a v1 catalog gets this column by ALTER TABLE. The catalog creates a pipeline's row
+    # (under the write lock) before anything refers to it.
+    return _name_column("pipeline", nullable=False, server_default=PIPELINE_DEFAULT)
+
+
+def _serial_column(name: str) -> sa.Column[int]:
+    # INTEGER on SQLite makes the id the rowid (autoincrementing); BIGSERIAL on PostgreSQL.
+    return sa.Column(name, sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True)
+
+
 metadata = sa.MetaData()
 
 meta_table = sa.Table(
@@ -121,6 +157,17 @@ meta_table = sa.Table(
     metadata,
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
+)
+_META_SCHEMA_VERSION = "schema_version"
+_META_RETENTION_POLICY = "retention_policy"
+"""The catalog-wide default retention policy (JSON text) lives in ``meta``."""
+
+pipelines_table = sa.Table(
+    "pipelines",
+    metadata,
+    _name_column("name", primary_key=True),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("retention_policy", sa.Text),
 )
 
 tables_table = sa.Table(
@@ -135,6 +182,9 @@ tables_table = sa.Table(
     # One column, so one writer per table is structural; checked under the write lock.
     _name_column("writer_job"),
     sa.Column("created_at", UtcDateTime, nullable=False),
+    _pipeline_column(),
+    sa.Column("retired_at", UtcDateTime),
+    sa.Index("ix_tables_pipeline", "pipeline"),
 )
 
 jobs_table = sa.Table(
@@ -147,6 +197,9 @@ jobs_table = sa.Table(
     sa.Column("keys", sa.Text, nullable=False),
     sa.Column("side_outputs", sa.Text, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False),
+    _pipeline_column(),
+    sa.Column("retired_at", UtcDateTime),
+    sa.Index("ix_jobs_pipeline", "pipeline"),
 )
 
 job_inputs_table = sa.Table(
@@ -169,7 +222,10 @@ epochs_table = sa.Table(
     ),
     sa.Column("barrier_ts", UtcDateTime, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False),
+    _pipeline_column(),
     sa.Index("ix_epochs_barrier_ts", "barrier_ts", "id"),
+    sa.Index("ix_epochs_pipeline", "pipeline", "id"),
+    sa.Index("ix_epochs_pipeline_barrier_ts", "pipeline", "barrier_ts", "id"),
 )
 
 source_slices_table = sa.Table(
@@ -230,6 +286,8 @@ commits_table = sa.Table(
     sa.Column("versions", sa.Text, nullable=False),
     sa.Column("barrier_ts", UtcDateTime, nullable=False),
     sa.Column("committed_at", UtcDateTime, nullable=False),
+    _pipeline_column(),
+    sa.Index("ix_commits_pipeline", "pipeline", "epoch"),
 )
 
 leases_table = sa.Table(
@@ -253,12 +311,120 @@ validations_table = sa.Table(
     sa.Column("recorded_at", UtcDateTime, nullable=False),
 )
 
+job_failures_table = sa.Table(
+    "job_failures",
+    metadata,
+    _serial_column("id"),
+    _name_column("job", sa.ForeignKey("jobs.name"), nullable=False),
+    _name_column("pipeline", nullable=False),
+    _epoch_column("epoch", sa.ForeignKey("epochs.id")),
+    sa.Column("attempt", sa.Integer),
+    sa.Column("error_class", sa.String(256), nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("owner", sa.Text, nullable=False),
+    sa.Column("generation", sa.BigInteger),
+    sa.Column("failed_at", UtcDateTime, nullable=False),
+    # max(id) per job is one index descent: last_failures stays O(jobs * log failures).
+    sa.Index("ix_job_failures_job", "job", "id"),
+    sa.Index("ix_job_failures_epoch", "epoch", "id"),
+)
+
+_ACTIONS = tuple(action.value for action in ResolutionAction)
+
+resolutions_table = sa.Table(
+    "resolutions",
+    metadata,
+    _serial_column("id"),
+    _name_column("table_name", sa.ForeignKey("tables.name"), nullable=False),
+    _epoch_column("epoch", sa.ForeignKey("epochs.id"), nullable=False),
+    sa.Column("action", sa.String(16), nullable=False),
+    sa.Column("actor", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("recorded_at", UtcDateTime, nullable=False),
+    sa.CheckConstraint(f"action IN {_ACTIONS!r}", name="ck_resolutions_action"),
+    sa.Index("ix_resolutions_table_epoch", "table_name", "epoch", "id"),
+)
+
+pins_table = sa.Table(
+    "pins",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    _name_column("pipeline"),
+    _epoch_column("epoch", sa.ForeignKey("epochs.id")),
+    sa.Column("versions", sa.Text, nullable=False),
+    sa.Column("holder", sa.Text, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("expires_at", UtcDateTime, nullable=False),
+    sa.Index("ix_pins_epoch", "epoch", "expires_at"),
+    sa.Index("ix_pins_expires_at", "expires_at"),
+)
+
+tags_table = sa.Table(
+    "tags",
+    metadata,
+    _name_column("name", primary_key=True),
+    _epoch_column("epoch", sa.ForeignKey("epochs.id"), nullable=False),
+    _name_column("pipeline"),
+    sa.Column("versions", sa.Text, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Index("ix_tags_epoch", "epoch"),
+)
+
+epoch_expiries_table = sa.Table(
+    "epoch_expiries",
+    metadata,
+    _epoch_column("epoch", sa.ForeignKey("epochs.id"), primary_key=True),
+    sa.Column("rule", sa.Text, nullable=False),
+    sa.Column("expired_at", UtcDateTime, nullable=False),
+)
+
 Migration = Callable[[sa.Connection], None]
-MIGRATIONS: dict[int, Migration] = {}
+
+
+def _add_columns(conn: sa.Connection, table: sa.Table, *names: str) -> None:
+    """ALTER TABLE ... ADD COLUMN, rendered from the column's current definition."""
+    quoted = conn.dialect.identifier_preparer.format_table(table)
+    for name in names:
+        column = sa.schema.CreateColumn(table.c[name]).compile(dialect=conn.dialect)
+        conn.exec_driver_sql(f"ALTER TABLE {quoted} ADD COLUMN {column}")
+
+
+def _migrate_1_to_2(conn: sa.Connection) -> None:
+    """Schema v2: pipelines, retirement, failures, resolutions, pins, tags, expiries.
+
+    Everything that exists is kept and belongs to pipeline "default" (the server default
+    of the new ``pipeline`` columns); new tables are created empty.
+    """
+    for table in (
+        pipelines_table,
+        job_failures_table,
+        resolutions_table,
+        pins_table,
+        tags_table,
+        epoch_expiries_table,
+    ):
+        table.create(conn)
+    _add_columns(conn, tables_table, "pipeline", "retired_at")
+    _add_columns(conn, jobs_table, "pipeline", "retired_at")
+    _add_columns(conn, epochs_table, "pipeline")
+    _add_columns(conn, commits_table, "pipeline")
+    new_indexes = {"ix_tables_pipeline", "ix_jobs_pipeline", "ix_epochs_pipeline"}
+    new_indexes |= {"ix_epochs_pipeline_barrier_ts", "ix_commits_pipeline"}
+    for table in (tables_table, jobs_table, epochs_table, commits_table):
+        for index in sorted(table.indexes, key=lambda i: str(i.name)):
+            if index.name in new_indexes:
+                index.create(conn)
+    conn.execute(
+        pipelines_table.insert().values(name=PIPELINE_DEFAULT, created_at=datetime.now(UTC))
+    )
+
+
+MIGRATIONS: dict[int, Migration] = {2: _migrate_1_to_2}
 """Schema migrations by the version they produce: ``MIGRATIONS[v]`` turns v-1 into v.
 
-Version 1 is created from ``metadata``; a later schema change bumps SCHEMA_VERSION
-and registers its migration here.
+A new catalog is created from ``metadata`` at SCHEMA_VERSION; a schema change bumps
+SCHEMA_VERSION and registers its migration here. Each runs inside the upgrade's one
+write transaction (PostgreSQL and SQLite both have transactional DDL).
 """
 
 
@@ -337,14 +503,28 @@ class SqlCatalog(Catalog):
     Opening a database created by another schema version raises SchemaVersionError;
     :meth:`open_for_upgrade` (or ``check_schema=False``) opens it only to call
     :meth:`upgrade`.
+
+    With ``create=False`` a missing catalog raises CatalogNotFoundError and nothing is
+    created. A SQLite file that this process cannot write (file or directory
+    permissions), or any SQLite file with ``read_only=True``, is opened read-only
+    (``mode=ro``): every read works, every write raises CatalogReadOnlyError.
     """
 
-    def __init__(self, url: str | sa.URL, *, check_schema: bool = True):
+    def __init__(
+        self,
+        url: str | sa.URL,
+        *,
+        check_schema: bool = True,
+        create: bool = True,
+        read_only: bool | None = None,
+    ):
         backend, sa_url = normalize_url(url)
         self.backend: Backend = backend
         self.url = sa_url.render_as_string(hide_password=True)
         self._sa_url = sa_url
         self._in_memory = backend == "sqlite" and not sa_url.database
+        self._create = create
+        self.read_only = self._decide_read_only(read_only)
         # One shared connection in memory: operations from several threads take turns.
         self._thread_lock = threading.RLock() if self._in_memory else nullcontext()
         self._engine = self._create_engine()
@@ -368,6 +548,52 @@ class SqlCatalog(Catalog):
 
     # -- engine and transactions ---------------------------------------------------------
 
+    def _decide_read_only(self, requested: bool | None) -> bool:
+        if self.backend != "sqlite" or self._in_memory:
+            if requested:
+                raise CatalogUrlError(
+                    url=self.url, reason="only a SQLite catalog file can be opened read-only"
+                )
+            if self._in_memory and not self._create:
+                raise CatalogNotFoundError(
+                    backend="sqlite", where="an in-memory catalog (always new and empty)"
+                )
+            return False
+        path = Path(self._sa_url.database or "")
+        if not path.exists():
+            if not self._create:
+                raise CatalogNotFoundError(backend="sqlite", where=f"the SQLite file {path}")
+            return bool(requested)
+        if requested is not None:
+            return requested
+        # WAL mode needs to create the -wal and -shm files beside the database.
+        return not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
+
+    def _sqlite_read_only_connection(self) -> Any:
+        import sqlite3
+        from urllib.parse import quote
+
+        uri = "file:" + quote(str(Path(self._sa_url.database or "").resolve()))
+        conn = sqlite3.connect(
+            f"{uri}?mode=ro",
+            uri=True,
+            timeout=_SQLITE_BUSY_TIMEOUT_SECONDS,
+            check_same_thread=False,
+        )
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            # A WAL database in a directory we cannot write, without -wal and -shm files:
+            # no writer can exist either, so the file can be read as immutable.
+            conn.close()
+            conn = sqlite3.connect(
+                f"{uri}?mode=ro&immutable=1",
+                uri=True,
+                timeout=_SQLITE_BUSY_TIMEOUT_SECONDS,
+                check_same_thread=False,
+            )
+        return conn
+
     def _create_engine(self) -> sa.Engine:
         if self.backend == "postgresql":
             return sa.create_engine(
@@ -376,6 +602,10 @@ class SqlCatalog(Catalog):
         if self._in_memory:
             engine = sa.create_engine(
                 "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
+            )
+        elif self.read_only:
+            engine = sa.create_engine(
+                "sqlite://", creator=self._sqlite_read_only_connection, poolclass=QueuePool
             )
         else:
             path = Path(self._sa_url.database or "")
@@ -394,7 +624,7 @@ class SqlCatalog(Catalog):
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA foreign_keys = ON")
-            if not self._in_memory:
+            if not self._in_memory and not self.read_only:
                 cursor.execute("PRAGMA journal_mode = WAL")
             cursor.close()
 
@@ -422,8 +652,19 @@ class SqlCatalog(Catalog):
             reason=text,
         )
 
+    def _read_only_error(self, exc: BaseException | None = None) -> CatalogReadOnlyError | None:
+        """CatalogReadOnlyError if ``exc`` (or, without one, this catalog) is read-only."""
+        if exc is None:
+            return CatalogReadOnlyError(url=self.url) if self.read_only else None
+        text = str(getattr(exc, "orig", None) or exc).lower()
+        if "readonly" in text or "read-only" in text:
+            return CatalogReadOnlyError(url=self.url)
+        return None
+
     @contextmanager
     def _connect(self, *, write: bool, snapshot: bool = False) -> Iterator[sa.Connection]:
+        if write and self.read_only:
+            raise CatalogReadOnlyError(url=self.url)
         with self._thread_lock:
             try:
                 engine = self._engine if write or snapshot else self._autocommit_engine
@@ -436,9 +677,10 @@ class SqlCatalog(Catalog):
                 try:
                     transaction = conn.begin()
                 except sa.exc.OperationalError as exc:
-                    # SQLite: another writer held the lock for longer than the busy timeout.
-                    raise self._unavailable(exc) from None
-                with transaction:
+                    # SQLite: another writer held the lock for longer than the busy timeout,
+                    # or the file cannot be written at all.
+                    raise (self._read_only_error(exc) or self._unavailable(exc)) from None
+                with transaction, self._translate_read_only(write):
                     if snapshot and self.backend == "postgresql":
                         conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                     if write and self.backend == "postgresql":
@@ -450,6 +692,16 @@ class SqlCatalog(Catalog):
                             )
                         )
                     yield conn
+
+    @contextmanager
+    def _translate_read_only(self, write: bool) -> Iterator[None]:
+        try:
+            yield
+        except sa.exc.OperationalError as exc:
+            error = self._read_only_error(exc) if write else None
+            if error is None:
+                raise
+            raise error from None
 
     def _write(self) -> AbstractContextManager[sa.Connection]:
         """A write transaction, serialized with every other writer of the catalog."""
@@ -470,6 +722,8 @@ class SqlCatalog(Catalog):
         with self._read() as conn:
             exists = sa.inspect(conn).has_table(meta_table.name)
             found = self._stored_version(conn) if exists else None
+            if found is None and not self._create:
+                raise CatalogNotFoundError(backend=self.backend, where=self._where(conn))
         if found is None:
             with self._write() as conn:
                 if sa.inspect(conn).has_table(meta_table.name):
@@ -477,16 +731,30 @@ class SqlCatalog(Catalog):
                 else:
                     metadata.create_all(conn)
                     conn.execute(
-                        meta_table.insert().values(key="schema_version", value=str(SCHEMA_VERSION))
+                        meta_table.insert().values(
+                            key=_META_SCHEMA_VERSION, value=str(SCHEMA_VERSION)
+                        )
                     )
+                    self._pipeline_row(conn, PIPELINE_DEFAULT, create=True)
                     found = SCHEMA_VERSION
         if check and found != SCHEMA_VERSION:
             raise SchemaVersionError(found=found, expected=SCHEMA_VERSION)
 
+    def _where(self, conn: sa.Connection) -> str:
+        """Where this catalog lives, for messages (never with a password)."""
+        if self.backend == "sqlite":
+            return f"the SQLite file {self._sa_url.database}"
+        schema = conn.execute(sa.select(sa.func.current_schema())).scalar_one()
+        host = f"{self._sa_url.host or 'localhost'}:{self._sa_url.port or 5432}"
+        return (
+            f"PostgreSQL database {self._sa_url.database!r} on {host}, schema {schema!r} "
+            "(it has no catalog tables)"
+        )
+
     @staticmethod
     def _stored_version(conn: sa.Connection) -> int:
         value = conn.execute(
-            sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
+            sa.select(meta_table.c.value).where(meta_table.c.key == _META_SCHEMA_VERSION)
         ).scalar_one()
         return int(value)
 
@@ -505,7 +773,7 @@ class SqlCatalog(Catalog):
                 migrate(conn)
             conn.execute(
                 meta_table.update()
-                .where(meta_table.c.key == "schema_version")
+                .where(meta_table.c.key == _META_SCHEMA_VERSION)
                 .values(value=str(SCHEMA_VERSION))
             )
         return found
@@ -528,6 +796,7 @@ class SqlCatalog(Catalog):
 
     def register_table(self, spec: TableSpec) -> TableInfo:
         validate_name(spec.name, kind="table")
+        validate_name(spec.pipeline, kind="pipeline")
         if spec.kind not in get_args(TableKind):
             raise RegistrationError(
                 f"table {spec.name!r} has kind {spec.kind!r}; use one of {get_args(TableKind)}"
@@ -543,15 +812,24 @@ class SqlCatalog(Catalog):
                     ("location", existing.location, spec.location),
                     ("kind", existing.kind, spec.kind),
                     ("partition_by", existing.partition_by, tuple(partition_by)),
+                    ("pipeline", existing.pipeline, spec.pipeline),
                 ):
                     if old != new:
                         raise TableConflictError(
                             table=spec.name, field=field, existing=old, new=new
                         )
+                changes: dict[str, Any] = {}
                 if spec.schema_json is not None and existing.schema_json is None:
-                    self._set_schema(conn, spec.name, spec.schema_json)
-                    return self._table_info(self._table_row(conn, spec.name))
-                return existing
+                    changes["schema_json"] = spec.schema_json
+                if existing.retired_at is not None:
+                    changes["retired_at"] = None  # registering a retired table revives it
+                if not changes:
+                    return existing
+                conn.execute(
+                    tables_table.update().where(tables_table.c.name == spec.name).values(**changes)
+                )
+                return self._table_info(self._table_row(conn, spec.name))
+            self._pipeline_row(conn, spec.pipeline, create=True)
             conn.execute(
                 tables_table.insert().values(
                     name=spec.name,
@@ -562,6 +840,8 @@ class SqlCatalog(Catalog):
                     first_epoch=self._next_epoch_id(conn),
                     writer_job=None,
                     created_at=self._now(conn),
+                    pipeline=spec.pipeline,
+                    retired_at=None,
                 )
             )
             return self._table_info(self._table_row(conn, spec.name))
@@ -585,12 +865,26 @@ class SqlCatalog(Catalog):
             existing = self._job_row(conn, spec.name, missing_ok=True)
             if existing is not None:
                 current = self._job_info(existing, self._job_inputs(conn, spec.name))
-                if self._same_job(current, spec):
+                if self._same_job(current, spec) and current.retired_at is None:
                     return current
             table_rows = {}
             for table in (spec.output, *spec.side_outputs, *spec.inputs):
                 table_rows[table] = self._table_row(conn, table, job=spec.name)
             outputs = (spec.output, *spec.side_outputs)
+            for table, row in table_rows.items():
+                role = "output" if table in outputs else "input"
+                if row.pipeline != spec.pipeline:
+                    raise PipelineMismatchError(
+                        job=spec.name,
+                        table=table,
+                        job_pipeline=spec.pipeline,
+                        table_pipeline=row.pipeline,
+                        role=role,
+                    )
+                if row.retired_at is not None:
+                    raise RetiredError(
+                        kind="table", name=table, retired_at=row.retired_at, job=spec.name
+                    )
             for table in outputs:
                 writer = table_rows[table].writer_job
                 if writer is not None and writer != spec.name:
@@ -600,12 +894,15 @@ class SqlCatalog(Catalog):
                 raise LineageCycleError(job=spec.name, cycle=cycle)
 
             now = self._now(conn)
+            self._pipeline_row(conn, spec.pipeline, create=True)
             values = dict(
                 output=spec.output,
                 mode=spec.mode,
                 source=spec.source,
                 keys=_json(list(spec.keys)),
                 side_outputs=_json(list(spec.side_outputs)),
+                pipeline=spec.pipeline,
+                retired_at=None,  # registering a retired job revives it
             )
             if existing is None:
                 conn.execute(jobs_table.insert().values(name=spec.name, created_at=now, **values))
@@ -655,6 +952,7 @@ class SqlCatalog(Catalog):
             validate_name(table, kind="table")
         if spec.source is not None:
             validate_name(spec.source, kind="source")
+        validate_name(spec.pipeline, kind="pipeline")
         if spec.mode not in get_args(WriteMode):
             raise RegistrationError(
                 f"job {spec.name!r} has write mode {spec.mode!r}; use one of {get_args(WriteMode)}"
@@ -668,17 +966,29 @@ class SqlCatalog(Catalog):
             source=spec.source,
             keys=tuple(spec.keys),
             side_outputs=side_outputs,
+            pipeline=spec.pipeline,
         )
 
     @staticmethod
     def _same_job(info: JobInfo, spec: JobSpec) -> bool:
-        return (info.output, info.mode, info.inputs, info.source, info.keys, info.side_outputs) == (
-            spec.output,
-            spec.mode,
-            spec.inputs,
-            spec.source,
-            spec.keys,
-            spec.side_outputs,
+        return JobSpec(
+            name=info.name,
+            output=info.output,
+            mode=info.mode,
+            inputs=info.inputs,
+            source=info.source,
+            keys=info.keys,
+            side_outputs=info.side_outputs,
+            pipeline=info.pipeline,
+        ) == JobSpec(
+            name=spec.name,
+            output=spec.output,
+            mode=spec.mode,
+            inputs=spec.inputs,
+            source=spec.source,
+            keys=spec.keys,
+            side_outputs=spec.side_outputs,
+            pipeline=spec.pipeline,
         )
 
     def _find_cycle(self, conn: sa.Connection, spec: JobSpec) -> list[str] | None:
@@ -731,20 +1041,123 @@ class SqlCatalog(Catalog):
         with self._read() as conn:
             return self._table_info(self._table_row(conn, name))
 
-    def list_tables(self) -> list[TableInfo]:
+    def list_tables(
+        self, *, include_retired: bool = False, pipeline: str | None = None
+    ) -> list[TableInfo]:
+        t = tables_table
+        query = sa.select(t).order_by(t.c.name)
+        if not include_retired:
+            query = query.where(t.c.retired_at.is_(None))
+        if pipeline is not None:
+            query = query.where(t.c.pipeline == pipeline)
         with self._read() as conn:
-            rows = conn.execute(sa.select(tables_table).order_by(tables_table.c.name))
-            return [self._table_info(row) for row in rows]
+            return [self._table_info(row) for row in conn.execute(query)]
 
     def get_job(self, name: str) -> JobInfo:
         with self._read(snapshot=True) as conn:
             return self._job_info(self._job_row(conn, name), self._job_inputs(conn, name))
 
-    def list_jobs(self) -> list[JobInfo]:
+    def list_jobs(
+        self, *, include_retired: bool = False, pipeline: str | None = None
+    ) -> list[JobInfo]:
+        j = jobs_table
+        query = sa.select(j).order_by(j.c.name)
+        if not include_retired:
+            query = query.where(j.c.retired_at.is_(None))
+        if pipeline is not None:
+            query = query.where(j.c.pipeline == pipeline)
         with self._read(snapshot=True) as conn:
             inputs = self._all_job_inputs(conn)
-            rows = conn.execute(sa.select(jobs_table).order_by(jobs_table.c.name))
-            return [self._job_info(row, inputs.get(row.name, ())) for row in rows]
+            return [self._job_info(row, inputs.get(row.name, ())) for row in conn.execute(query)]
+
+    # -- pipelines and retirement --------------------------------------------------------
+
+    def _pipeline_row(self, conn: sa.Connection, name: str, *, create: bool = False) -> Any:
+        """The pipeline's row; with ``create`` (and always for the default) made if missing.
+
+        Call ``create=True`` only inside a write transaction.
+        """
+        p = pipelines_table
+        row = conn.execute(sa.select(p).where(p.c.name == name)).first()
+        if row is not None:
+            return row
+        if not create and name != PIPELINE_DEFAULT:
+            raise UnknownPipelineError(name)
+        conn.execute(p.insert().values(name=name, created_at=self._now(conn)))
+        return conn.execute(sa.select(p).where(p.c.name == name)).first()
+
+    def list_pipelines(self) -> list[PipelineInfo]:
+        p = pipelines_table
+        with self._read() as conn:
+            return [
+                PipelineInfo(
+                    name=row.name, created_at=row.created_at, retention_policy=row.retention_policy
+                )
+                for row in conn.execute(sa.select(p).order_by(p.c.name))
+            ]
+
+    def _active_readers(self, conn: sa.Connection, tables: Sequence[str], *, but: str) -> list[str]:
+        ji, j = job_inputs_table, jobs_table
+        return list(
+            conn.execute(
+                sa.select(ji.c.job)
+                .join(j, j.c.name == ji.c.job)
+                .where(ji.c.table_name.in_(list(tables)), j.c.retired_at.is_(None), j.c.name != but)
+                .distinct()
+                .order_by(ji.c.job)
+            ).scalars()
+        )
+
+    def retire_job(self, name: str) -> JobInfo:
+        with self._write() as conn:
+            row = self._job_row(conn, name)
+            if row.retired_at is None:
+                outputs = [row.output, *json.loads(row.side_outputs)]
+                readers = self._active_readers(conn, outputs, but=name)
+                if readers:
+                    raise RetirementBlockedError(
+                        kind="job",
+                        name=name,
+                        blockers=readers,
+                        reason=f"active job(s) {', '.join(map(repr, readers))} read its "
+                        f"output(s) {', '.join(map(repr, outputs))}; retire them first",
+                    )
+                conn.execute(
+                    jobs_table.update()
+                    .where(jobs_table.c.name == name)
+                    .values(retired_at=self._now(conn))
+                )
+            return self._job_info(self._job_row(conn, name), self._job_inputs(conn, name))
+
+    def retire_table(self, name: str) -> TableInfo:
+        with self._write() as conn:
+            row = self._table_row(conn, name)
+            if row.retired_at is None:
+                if row.writer_job is not None:
+                    writer = self._job_row(conn, row.writer_job)
+                    if writer.retired_at is None:
+                        raise RetirementBlockedError(
+                            kind="table",
+                            name=name,
+                            blockers=[writer.name],
+                            reason=f"its writer job {writer.name!r} is active; retire the job "
+                            "first",
+                        )
+                readers = self._active_readers(conn, [name], but="")
+                if readers:
+                    raise RetirementBlockedError(
+                        kind="table",
+                        name=name,
+                        blockers=readers,
+                        reason=f"active job(s) {', '.join(map(repr, readers))} read it; "
+                        "retire them first",
+                    )
+                conn.execute(
+                    tables_table.update()
+                    .where(tables_table.c.name == name)
+                    .values(retired_at=self._now(conn))
+                )
+            return self._table_info(self._table_row(conn, name))
 
     def lineage(self) -> list[LineageEdge]:
         edges = []
@@ -777,6 +1190,8 @@ class SqlCatalog(Catalog):
             first_epoch=row.first_epoch,
             writer_job=row.writer_job,
             created_at=row.created_at,
+            pipeline=row.pipeline,
+            retired_at=row.retired_at,
         )
 
     @staticmethod
@@ -818,6 +1233,8 @@ class SqlCatalog(Catalog):
             keys=tuple(json.loads(row.keys)),
             side_outputs=tuple(json.loads(row.side_outputs)),
             created_at=row.created_at,
+            pipeline=row.pipeline,
+            retired_at=row.retired_at,
         )
 
     @staticmethod
@@ -833,19 +1250,34 @@ class SqlCatalog(Catalog):
 
     # -- epochs and slices ---------------------------------------------------------------
 
-    def open_epoch(self, barrier_ts: datetime | None = None) -> Epoch:
+    def open_epoch(
+        self, barrier_ts: datetime | None = None, *, pipeline: str = PIPELINE_DEFAULT
+    ) -> Epoch:
+        validate_name(pipeline, kind="pipeline")
+        e = epochs_table
         with self._write() as conn:
+            self._pipeline_row(conn, pipeline, create=pipeline == PIPELINE_DEFAULT)
             now = self._now(conn)
-            last = conn.execute(
-                sa.select(epochs_table).order_by(epochs_table.c.id.desc()).limit(1)
-            ).first()
+            # Barrier timestamps never decrease within a pipeline; another pipeline's
+            # clock (say, event time) does not move this one's.
+            last_ts = conn.execute(
+                sa.select(e.c.barrier_ts)
+                .where(e.c.pipeline == pipeline)
+                .order_by(e.c.id.desc())
+                .limit(1)
+            ).scalar_one_or_none()
             ts = now if barrier_ts is None else as_utc(barrier_ts)
-            if last is not None and ts < last.barrier_ts:
-                ts = last.barrier_ts
-            epoch = Epoch(id=1 if last is None else last.id + 1, barrier_ts=ts, created_at=now)
+            if last_ts is not None and ts < last_ts:
+                ts = last_ts
+            epoch = Epoch(
+                id=self._next_epoch_id(conn), barrier_ts=ts, created_at=now, pipeline=pipeline
+            )
             conn.execute(
-                epochs_table.insert().values(
-                    id=epoch.id, barrier_ts=epoch.barrier_ts, created_at=epoch.created_at
+                e.insert().values(
+                    id=epoch.id,
+                    barrier_ts=epoch.barrier_ts,
+                    created_at=epoch.created_at,
+                    pipeline=pipeline,
                 )
             )
             return epoch
@@ -861,7 +1293,9 @@ class SqlCatalog(Catalog):
 
     @staticmethod
     def _epoch(row: Any) -> Epoch:
-        return Epoch(id=row.id, barrier_ts=row.barrier_ts, created_at=row.created_at)
+        return Epoch(
+            id=row.id, barrier_ts=row.barrier_ts, created_at=row.created_at, pipeline=row.pipeline
+        )
 
     def get_epoch(self, epoch: int) -> Epoch:
         with self._read() as conn:
@@ -874,37 +1308,71 @@ class SqlCatalog(Catalog):
             raise UnknownEpochError(epoch)
         return row
 
-    def latest_epoch(self) -> Epoch | None:
+    def latest_epoch(self, *, pipeline: str | None = None) -> Epoch | None:
+        e = epochs_table
+        query = sa.select(e).order_by(e.c.id.desc()).limit(1)
+        if pipeline is not None:
+            query = query.where(e.c.pipeline == pipeline)
         with self._read() as conn:
-            row = conn.execute(
-                sa.select(epochs_table).order_by(epochs_table.c.id.desc()).limit(1)
-            ).first()
+            row = conn.execute(query).first()
         return None if row is None else self._epoch(row)
 
-    def epochs(self, *, after: int = 0, up_to: int | None = None) -> list[Epoch]:
-        query = sa.select(epochs_table).where(epochs_table.c.id > after)
+    def epochs(
+        self, *, after: int = 0, up_to: int | None = None, pipeline: str | None = None
+    ) -> list[Epoch]:
+        e = epochs_table
+        query = sa.select(e).where(e.c.id > after)
         if up_to is not None:
-            query = query.where(epochs_table.c.id <= up_to)
+            query = query.where(e.c.id <= up_to)
+        if pipeline is not None:
+            query = query.where(e.c.pipeline == pipeline)
         with self._read() as conn:
-            return [self._epoch(row) for row in conn.execute(query.order_by(epochs_table.c.id))]
+            return [self._epoch(row) for row in conn.execute(query.order_by(e.c.id))]
 
-    def epoch_at_or_before(self, ts: datetime) -> Epoch | None:
+    def epoch_at_or_before(self, ts: datetime, *, pipeline: str | None = None) -> Epoch | None:
+        e = epochs_table
+        query = (
+            sa.select(e)
+            .where(e.c.barrier_ts <= as_utc(ts))
+            .order_by(e.c.barrier_ts.desc(), e.c.id.desc())
+            .limit(1)
+        )
+        if pipeline is not None:
+            query = query.where(e.c.pipeline == pipeline)
         with self._read() as conn:
-            row = conn.execute(
-                sa.select(epochs_table)
-                .where(epochs_table.c.barrier_ts <= as_utc(ts))
-                .order_by(epochs_table.c.barrier_ts.desc(), epochs_table.c.id.desc())
-                .limit(1)
-            ).first()
+            row = conn.execute(query).first()
         return None if row is None else self._epoch(row)
+
+    @staticmethod
+    def _check_epoch_pipeline(
+        epoch_row: Any, pipeline: str, *, table: str | None = None, job: str | None = None
+    ) -> None:
+        """A table's (or job's) epochs are those of its pipeline."""
+        if epoch_row.pipeline != pipeline:
+            raise ForeignEpochError(
+                epoch=epoch_row.id,
+                epoch_pipeline=epoch_row.pipeline,
+                pipeline=pipeline,
+                table=table,
+                job=job,
+            )
 
     def record_slice(
-        self, source: str, epoch: int, bounds: Mapping[str, object], *, catch_up: bool = False
+        self,
+        source: str,
+        epoch: int,
+        bounds: Mapping[str, object],
+        *,
+        job: str,
+        generation: int,
+        catch_up: bool = False,
     ) -> SourceSlice:
         validate_name(source, kind="source")
         encoded = _json(bounds)
         with self._write() as conn:
-            self._epoch_row(conn, epoch)
+            job_row = self._job_row(conn, job)
+            self._check_lease(conn, job, generation)
+            self._check_epoch_pipeline(self._epoch_row(conn, epoch), job_row.pipeline, job=job)
             row = self._slice_row(conn, source, epoch)
             if row is not None:
                 recorded = json.loads(row.bounds)
@@ -957,6 +1425,15 @@ class SqlCatalog(Catalog):
             ).first()
         return None if row is None else self._slice(row)
 
+    def slices(self, source: str, *, after: int = 0, up_to: int | None = None) -> list[SourceSlice]:
+        ss = source_slices_table
+        query = sa.select(ss).where(ss.c.source == source, ss.c.epoch > after)
+        if up_to is not None:
+            query = query.where(ss.c.epoch <= up_to)
+        with self._read() as conn:
+            rows = conn.execute(query.order_by(ss.c.epoch)).all()
+        return [self._slice(row) for row in rows]
+
     # -- epoch states --------------------------------------------------------------------
 
     def record_processed(
@@ -973,33 +1450,19 @@ class SqlCatalog(Catalog):
         requested = EpochState.PROCESSED
         with self._write() as conn:
             self._check_lease(conn, job, generation)
-            self._check_writer(conn, table, epoch, job, requested)
-            self._epoch_row(conn, epoch)
+            table_row = self._check_writer(conn, table, epoch, job, requested)
+            self._check_epoch_pipeline(
+                self._epoch_row(conn, epoch), table_row.pipeline, table=table
+            )
             current = self._state_row(conn, table, epoch)
-            if current is not None:
-                state = EpochState(current.state)
-                if state in (EpochState.WRITTEN, EpochState.COALESCED):
-                    raise EpochStateError(
-                        table=table, epoch=epoch, current=state, requested=requested
-                    )
-                if state is EpochState.ROLLED_BACK and attempt <= current.attempt:
-                    raise EpochStateError(
-                        table=table,
-                        epoch=epoch,
-                        current=state,
-                        requested=requested,
-                        why=f"a replay needs an attempt above the rolled-back attempt "
-                        f"{current.attempt}, got {attempt}",
-                    )
-                if state is EpochState.PROCESSED and attempt < current.attempt:
-                    raise EpochStateError(
-                        table=table,
-                        epoch=epoch,
-                        current=state,
-                        requested=requested,
-                        why=f"attempt {attempt} is older than the recorded attempt "
-                        f"{current.attempt}",
-                    )
+            check_transition(
+                table,
+                epoch,
+                None if current is None else EpochState(current.state),
+                requested,
+                attempt=attempt,
+                current_attempt=None if current is None else current.attempt,
+            )
             return self._set_state(
                 conn,
                 TableEpoch(
@@ -1034,23 +1497,18 @@ class SqlCatalog(Catalog):
     ) -> None:
         table, epoch = request.table, request.epoch
         written = EpochState.WRITTEN
-        self._check_writer(conn, table, epoch, job, written)
-        self._epoch_row(conn, epoch)
+        table_row = self._check_writer(conn, table, epoch, job, written)
+        self._check_epoch_pipeline(self._epoch_row(conn, epoch), table_row.pipeline, table=table)
         current = self._state_row(conn, table, epoch)
         current_state = None if current is None else EpochState(current.state)
-        if current_state not in (None, EpochState.PROCESSED):
-            raise EpochStateError(
-                table=table, epoch=epoch, current=current_state, requested=written
-            )
-        if current is not None and request.attempt < current.attempt:
-            raise EpochStateError(
-                table=table,
-                epoch=epoch,
-                current=current_state,
-                requested=written,
-                why=f"attempt {request.attempt} is older than the recorded attempt "
-                f"{current.attempt}",
-            )
+        check_transition(
+            table,
+            epoch,
+            current_state,
+            written,
+            attempt=request.attempt,
+            current_attempt=None if current is None else current.attempt,
+        )
         latest = self._latest_rows(conn, "written", [table])
         if latest and latest[0].epoch > epoch:
             raise EpochStateError(
@@ -1070,7 +1528,7 @@ class SqlCatalog(Catalog):
                 why=f"a batch must start at an epoch between 1 and {epoch}, not {first}",
             )
         if first < epoch:
-            self._coalesce(conn, now, job, generation, request, first)
+            self._coalesce(conn, now, job, generation, request, first, table_row.pipeline)
         self._set_state(
             conn,
             TableEpoch(
@@ -1095,27 +1553,31 @@ class SqlCatalog(Catalog):
         generation: int,
         request: SealRequest,
         first: int,
+        pipeline: str,
     ) -> None:
-        te = table_epochs_table
+        """Record the pipeline's epochs first..request.epoch-1 COALESCED into request.epoch."""
+        te, e = table_epochs_table, epochs_table
+        coalesced = list(
+            conn.execute(
+                sa.select(e.c.id)
+                .where(e.c.pipeline == pipeline, e.c.id >= first, e.c.id < request.epoch)
+                .order_by(e.c.id)
+            ).scalars()
+        )
         existing = {
             row.epoch: EpochState(row.state)
             for row in conn.execute(
-                sa.select(te.c.epoch, te.c.state).where(
+                sa.select(te.c.epoch, te.c.state)
+                .where(
                     te.c.table_name == request.table,
                     te.c.epoch >= first,
                     te.c.epoch < request.epoch,
                 )
+                .order_by(te.c.epoch)
             )
         }
         for epoch, state in existing.items():
-            if state not in (EpochState.PROCESSED, EpochState.ROLLED_BACK):
-                raise EpochStateError(
-                    table=request.table,
-                    epoch=epoch,
-                    current=state,
-                    requested=EpochState.COALESCED,
-                    why=f"it cannot be coalesced into epoch {request.epoch}",
-                )
+            check_transition(request.table, epoch, state, EpochState.COALESCED)
         values = [
             {
                 "table_name": request.table,
@@ -1130,8 +1592,10 @@ class SqlCatalog(Catalog):
                 "reason": None,
                 "updated_at": now,
             }
-            for epoch in range(first, request.epoch)
+            for epoch in coalesced
         ]
+        if not values:
+            return
         if existing:
             conn.execute(
                 te.delete().where(
@@ -1148,29 +1612,42 @@ class SqlCatalog(Catalog):
     def _record_commit(
         self, conn: sa.Connection, now: datetime, epoch: int
     ) -> CommitManifest | None:
-        """Record epoch ``epoch`` COMMIT if every table responsible for it has it WRITTEN."""
+        """Record ``epoch`` COMMIT if every active table of its pipeline responsible for it
+        has it WRITTEN."""
         if conn.execute(
             sa.select(commits_table.c.epoch).where(commits_table.c.epoch == epoch)
         ).first():
             return None
+        epoch_row = self._epoch_row(conn, epoch)
         t, te = tables_table, table_epochs_table
         rows = conn.execute(
             sa.select(t.c.name, te.c.state, te.c.delta_version)
             .select_from(t.outerjoin(te, sa.and_(te.c.table_name == t.c.name, te.c.epoch == epoch)))
-            .where(t.c.first_epoch <= epoch)
+            .where(
+                t.c.pipeline == epoch_row.pipeline,
+                t.c.retired_at.is_(None),
+                t.c.first_epoch <= epoch,
+            )
         ).all()
         if not rows or any(row.state != EpochState.WRITTEN.value for row in rows):
             return None
-        barrier_ts = self._epoch_row(conn, epoch).barrier_ts
-        versions = {row.name: row.delta_version for row in rows}
+        manifest = CommitManifest(
+            epoch=epoch,
+            versions={row.name: row.delta_version for row in rows},
+            barrier_ts=epoch_row.barrier_ts,
+            committed_at=now,
+            pipeline=epoch_row.pipeline,
+        )
         conn.execute(
             commits_table.insert().values(
-                epoch=epoch, versions=_json(versions), barrier_ts=barrier_ts, committed_at=now
+                epoch=epoch,
+                versions=_json(manifest.versions),
+                barrier_ts=manifest.barrier_ts,
+                committed_at=now,
+                pipeline=manifest.pipeline,
             )
         )
-        return CommitManifest(
-            epoch=epoch, versions=versions, barrier_ts=barrier_ts, committed_at=now
-        )
+        return manifest
 
     def mark_rolled_back(
         self, table: str, epoch: int, *, job: str, generation: int, reason: str
@@ -1180,15 +1657,10 @@ class SqlCatalog(Catalog):
             self._check_lease(conn, job, generation)
             self._check_writer(conn, table, epoch, job, requested)
             current = self._state_row(conn, table, epoch)
-            state = None if current is None else EpochState(current.state)
-            if state is not EpochState.PROCESSED:
-                raise EpochStateError(
-                    table=table,
-                    epoch=epoch,
-                    current=state,
-                    requested=requested,
-                    why="only a PROCESSED epoch can be rolled back",
-                )
+            # Only a PROCESSED epoch can be rolled back.
+            check_transition(
+                table, epoch, None if current is None else EpochState(current.state), requested
+            )
             return self._set_state(
                 conn,
                 TableEpoch(
@@ -1215,16 +1687,18 @@ class SqlCatalog(Catalog):
 
     def _check_writer(
         self, conn: sa.Connection, table: str, epoch: int, job: str, requested: EpochState
-    ) -> None:
-        writer = self._table_row(conn, table, job=job).writer_job
-        if writer != job:
+    ) -> Any:
+        """The table's row, if ``job`` writes it; else EpochStateError."""
+        row = self._table_row(conn, table, job=job)
+        if row.writer_job != job:
             raise EpochStateError(
                 table=table,
                 epoch=epoch,
                 current=None,
                 requested=requested,
-                why=f"the table is written by job {writer!r}, not {job!r}",
+                why=f"the table is written by job {row.writer_job!r}, not {job!r}",
             )
+        return row
 
     @staticmethod
     def _state_row(conn: sa.Connection, table: str, epoch: int) -> Any:
@@ -1447,11 +1921,13 @@ class SqlCatalog(Catalog):
             ).first()
         return None if row is None else self._commit(row)
 
-    def latest_commit(self) -> CommitManifest | None:
+    def latest_commit(self, *, pipeline: str | None = None) -> CommitManifest | None:
+        c = commits_table
+        query = sa.select(c).order_by(c.c.epoch.desc()).limit(1)
+        if pipeline is not None:
+            query = query.where(c.c.pipeline == pipeline)
         with self._read() as conn:
-            row = conn.execute(
-                sa.select(commits_table).order_by(commits_table.c.epoch.desc()).limit(1)
-            ).first()
+            row = conn.execute(query).first()
         return None if row is None else self._commit(row)
 
     @staticmethod
@@ -1461,7 +1937,26 @@ class SqlCatalog(Catalog):
             versions=json.loads(row.versions),
             barrier_ts=row.barrier_ts,
             committed_at=row.committed_at,
+            pipeline=row.pipeline,
         )
+
+    def max_attempt(self, tables: Iterable[str], epoch: int) -> int:
+        names = list(dict.fromkeys(tables))
+        if not names:
+            return 0
+        te, h = table_epochs_table, epoch_history_table
+        with self._read(snapshot=True) as conn:
+            current = conn.execute(
+                sa.select(sa.func.max(te.c.attempt)).where(
+                    te.c.table_name.in_(names), te.c.epoch == epoch
+                )
+            ).scalar_one_or_none()
+            history = conn.execute(
+                sa.select(sa.func.max(h.c.attempt)).where(
+                    h.c.table_name.in_(names), h.c.epoch == epoch
+                )
+            ).scalar_one_or_none()
+        return max(current or 0, history or 0)
 
     # -- leases --------------------------------------------------------------------------
 
@@ -1473,39 +1968,101 @@ class SqlCatalog(Catalog):
             )
         return timedelta(seconds=ttl_seconds)
 
+    @staticmethod
+    def _lease(row: Any) -> Lease:
+        return Lease(
+            job=row.job,
+            owner=row.owner,
+            generation=row.generation,
+            expires_at=row.expires_at,
+            acquired_at=row.acquired_at,
+        )
+
+    def _leasable_job(self, conn: sa.Connection, job: str) -> None:
+        row = self._job_row(conn, job)
+        if row.retired_at is not None:
+            raise RetiredError(kind="job", name=job, retired_at=row.retired_at)
+
+    @staticmethod
+    def _lease_row(conn: sa.Connection, job: str) -> Any:
+        return conn.execute(sa.select(leases_table).where(leases_table.c.job == job)).first()
+
     def acquire_lease(self, job: str, owner: str, *, ttl_seconds: float) -> Lease:
         ttl = self._ttl(job, ttl_seconds)
         with self._write() as conn:
-            self._job_row(conn, job)
+            self._leasable_job(conn, job)
             now = self._now(conn)
-            row = conn.execute(sa.select(leases_table).where(leases_table.c.job == job)).first()
+            row = self._lease_row(conn, job)
             if row is None:
-                generation = 1
+                generation, acquired_at = 1, now
             elif row.owner == owner:
-                generation = row.generation
+                generation, acquired_at = row.generation, row.acquired_at
             elif row.expires_at <= now:
                 # Taking over bumps the generation: the old owner can no longer seal anything.
-                generation = row.generation + 1
+                generation, acquired_at = row.generation + 1, now
             else:
-                raise LeaseHeldError(job=job, owner=row.owner, expires_at=row.expires_at)
-            lease = Lease(job=job, owner=owner, generation=generation, expires_at=now + ttl)
-            values = dict(owner=owner, generation=generation, expires_at=lease.expires_at)
-            if row is None:
-                conn.execute(leases_table.insert().values(job=job, acquired_at=now, **values))
-            else:
-                if generation != row.generation:
-                    values["acquired_at"] = now
-                conn.execute(
-                    leases_table.update().where(leases_table.c.job == job).values(**values)
+                raise LeaseHeldError(
+                    job=job, owner=row.owner, acquired_at=row.acquired_at, expires_at=row.expires_at
                 )
-            return lease
+            return self._put_lease(
+                conn,
+                Lease(job, owner, generation, expires_at=now + ttl, acquired_at=acquired_at),
+                exists=row is not None,
+            )
+
+    @staticmethod
+    def _put_lease(conn: sa.Connection, lease: Lease, *, exists: bool) -> Lease:
+        values = dict(
+            owner=lease.owner,
+            generation=lease.generation,
+            expires_at=lease.expires_at,
+            acquired_at=lease.acquired_at,
+        )
+        if exists:
+            conn.execute(
+                leases_table.update().where(leases_table.c.job == lease.job).values(**values)
+            )
+        else:
+            conn.execute(leases_table.insert().values(job=lease.job, **values))
+        return lease
+
+    def take_over_lease(
+        self,
+        job: str,
+        owner: str,
+        *,
+        expected_owner: str,
+        expected_generation: int,
+        ttl_seconds: float,
+    ) -> Lease:
+        ttl = self._ttl(job, ttl_seconds)
+        with self._write() as conn:
+            self._leasable_job(conn, job)
+            now = self._now(conn)
+            row = self._lease_row(conn, job)
+            if row is None or (row.owner, row.generation) != (expected_owner, expected_generation):
+                if row is not None and row.expires_at > now:
+                    raise LeaseHeldError(
+                        job=job,
+                        owner=row.owner,
+                        acquired_at=row.acquired_at,
+                        expires_at=row.expires_at,
+                    )
+                raise StaleLeaseError(
+                    job=job,
+                    generation=expected_generation,
+                    current_generation=None if row is None else row.generation,
+                )
+            return self._put_lease(
+                conn,
+                Lease(job, owner, row.generation + 1, expires_at=now + ttl, acquired_at=now),
+                exists=True,
+            )
 
     def renew_lease(self, lease: Lease, *, ttl_seconds: float) -> Lease:
         ttl = self._ttl(lease.job, ttl_seconds)
         with self._write() as conn:
-            row = conn.execute(
-                sa.select(leases_table).where(leases_table.c.job == lease.job)
-            ).first()
+            row = self._lease_row(conn, lease.job)
             if row is None or row.generation != lease.generation or row.owner != lease.owner:
                 raise StaleLeaseError(
                     job=lease.job,
@@ -1517,6 +2074,7 @@ class SqlCatalog(Catalog):
                 owner=lease.owner,
                 generation=lease.generation,
                 expires_at=self._now(conn) + ttl,
+                acquired_at=row.acquired_at,
             )
             conn.execute(
                 leases_table.update()
@@ -1540,20 +2098,21 @@ class SqlCatalog(Catalog):
 
     def get_lease(self, job: str) -> Lease | None:
         with self._read() as conn:
-            row = conn.execute(sa.select(leases_table).where(leases_table.c.job == job)).first()
-        if row is None:
-            return None
-        return Lease(
-            job=row.job, owner=row.owner, generation=row.generation, expires_at=row.expires_at
-        )
+            row = self._lease_row(conn, job)
+        return None if row is None else self._lease(row)
 
-    # -- data quality and status ---------------------------------------------------------
+    # -- data quality --------------------------------------------------------------------
 
-    def record_validation(self, record: ValidationRecord) -> None:
+    def record_validation(self, record: ValidationRecord, *, job: str, generation: int) -> None:
         v = validations_table
         with self._write() as conn:
-            self._table_row(conn, record.table)
-            self._epoch_row(conn, record.epoch)
+            table_row = self._table_row(conn, record.table, job=job)
+            self._check_lease(conn, job, generation)
+            if table_row.writer_job != job:
+                raise WriterMismatchError(table=record.table, job=job, writer=table_row.writer_job)
+            self._check_epoch_pipeline(
+                self._epoch_row(conn, record.epoch), table_row.pipeline, table=record.table
+            )
             conn.execute(
                 v.delete().where(v.c.table_name == record.table, v.c.epoch == record.epoch)
             )
@@ -1587,7 +2146,412 @@ class SqlCatalog(Catalog):
         with self._read() as conn:
             return [self._validation(row) for row in conn.execute(query.order_by(v.c.epoch))]
 
+    # -- failures and resolutions --------------------------------------------------------
+
+    @staticmethod
+    def _one_line(message: str) -> str:
+        line = " / ".join(part.strip() for part in str(message).splitlines() if part.strip())
+        if len(line) > FAILURE_MESSAGE_MAX_CHARS:
+            line = line[: FAILURE_MESSAGE_MAX_CHARS - 1] + "…"
+        return line
+
+    def record_failure(self, failure: JobFailureRecord) -> JobFailureRecord:
+        f = job_failures_table
+        with self._write() as conn:
+            job_row = self._job_row(conn, failure.job)
+            if failure.pipeline is not None and failure.pipeline != job_row.pipeline:
+                raise PipelineMismatchError(
+                    job=failure.job,
+                    table="(failure record)",
+                    job_pipeline=job_row.pipeline,
+                    table_pipeline=failure.pipeline,
+                    role="failure",
+                )
+            if failure.epoch is not None:
+                self._epoch_row(conn, failure.epoch)
+            values = dict(
+                job=failure.job,
+                pipeline=job_row.pipeline,
+                epoch=failure.epoch,
+                attempt=failure.attempt,
+                error_class=failure.error_class[:256],
+                message=self._one_line(failure.message),
+                owner=failure.owner,
+                generation=failure.generation,
+                failed_at=self._now(conn),
+            )
+            new_id = conn.execute(f.insert().values(**values).returning(f.c.id)).scalar_one()
+            return JobFailureRecord(id=new_id, **values)
+
+    @staticmethod
+    def _failure(row: Any) -> JobFailureRecord:
+        return JobFailureRecord(
+            job=row.job,
+            error_class=row.error_class,
+            message=row.message,
+            owner=row.owner,
+            epoch=row.epoch,
+            attempt=row.attempt,
+            generation=row.generation,
+            pipeline=row.pipeline,
+            failed_at=row.failed_at,
+            id=row.id,
+        )
+
+    def failures(
+        self, *, job: str | None = None, epoch: int | None = None, limit: int | None = None
+    ) -> list[JobFailureRecord]:
+        f = job_failures_table
+        query = sa.select(f).order_by(f.c.id.desc()).limit(limit)
+        if job is not None:
+            query = query.where(f.c.job == job)
+        if epoch is not None:
+            query = query.where(f.c.epoch == epoch)
+        with self._read() as conn:
+            return [self._failure(row) for row in conn.execute(query)]
+
+    @staticmethod
+    def _last_failures_query() -> sa.Select[Any]:
+        # One index descent of ix_job_failures_job per job, then rows by primary key.
+        f, inner = job_failures_table, job_failures_table.alias("f2")
+        newest = (
+            sa.select(sa.func.max(inner.c.id))
+            .where(inner.c.job == jobs_table.c.name)
+            .scalar_subquery()
+        )
+        return sa.select(f).where(f.c.id.in_(sa.select(newest).select_from(jobs_table)))
+
+    def last_failures(self) -> dict[str, JobFailureRecord]:
+        with self._read() as conn:
+            return {
+                row.job: self._failure(row) for row in conn.execute(self._last_failures_query())
+            }
+
+    def record_resolution(
+        self,
+        table: str,
+        epoch: int,
+        *,
+        action: ResolutionAction | str,
+        actor: str,
+        reason: str,
+    ) -> Resolution:
+        try:
+            action = ResolutionAction(action)
+        except ValueError:
+            raise CatalogError(
+                f"resolution of table {table!r} epoch {epoch}: unknown action {action!r}; "
+                f"use one of {', '.join(_ACTIONS)}"
+            ) from None
+        with self._write() as conn:
+            table_row = self._table_row(conn, table)
+            self._check_epoch_pipeline(
+                self._epoch_row(conn, epoch), table_row.pipeline, table=table
+            )
+            resolution = Resolution(
+                table=table,
+                epoch=epoch,
+                action=action,
+                actor=actor,
+                reason=reason,
+                at=self._now(conn),
+            )
+            conn.execute(
+                resolutions_table.insert().values(
+                    table_name=table,
+                    epoch=epoch,
+                    action=action.value,
+                    actor=actor,
+                    reason=reason,
+                    recorded_at=resolution.at,
+                )
+            )
+            return resolution
+
+    def resolutions(self, table: str, *, epoch: int | None = None) -> list[Resolution]:
+        r = resolutions_table
+        query = sa.select(r).where(r.c.table_name == table)
+        if epoch is not None:
+            query = query.where(r.c.epoch == epoch)
+        with self._read() as conn:
+            return [
+                Resolution(
+                    table=row.table_name,
+                    epoch=row.epoch,
+                    action=ResolutionAction(row.action),
+                    actor=row.actor,
+                    reason=row.reason,
+                    at=row.recorded_at,
+                )
+                for row in conn.execute(query.order_by(r.c.id))
+            ]
+
+    # -- retention -----------------------------------------------------------------------
+
+    @staticmethod
+    def _expiry_row(conn: sa.Connection, epoch: int) -> Any:
+        x = epoch_expiries_table
+        return conn.execute(sa.select(x).where(x.c.epoch == epoch)).first()
+
+    def _check_not_expired(self, conn: sa.Connection, epoch: int) -> None:
+        self._epoch_row(conn, epoch)
+        expired = self._expiry_row(conn, epoch)
+        if expired is not None:
+            raise EpochExpiredError(epoch=epoch, rule=expired.rule, expired_at=expired.expired_at)
+
+    @staticmethod
+    def _versions(versions: Mapping[str, int]) -> dict[str, int]:
+        return {str(table): int(version) for table, version in versions.items()}
+
+    @staticmethod
+    def _pin(row: Any) -> Pin:
+        return Pin(
+            id=row.id,
+            pipeline=row.pipeline,
+            epoch=row.epoch,
+            versions=json.loads(row.versions),
+            holder=row.holder,
+            created_at=row.created_at,
+            expires_at=row.expires_at,
+        )
+
+    def create_pin(
+        self,
+        *,
+        pipeline: str | None,
+        epoch: int | None,
+        versions: Mapping[str, int],
+        holder: str,
+        ttl_seconds: float,
+    ) -> Pin:
+        import uuid
+
+        ttl = self._pin_ttl(ttl_seconds)
+        encoded = self._versions(versions)
+        with self._write() as conn:
+            if epoch is not None:
+                self._check_not_expired(conn, epoch)
+            now = self._now(conn)
+            pin = Pin(
+                id=uuid.uuid4().hex,
+                pipeline=pipeline,
+                epoch=epoch,
+                versions=encoded,
+                holder=holder,
+                created_at=now,
+                expires_at=now + ttl,
+            )
+            conn.execute(
+                pins_table.insert().values(
+                    id=pin.id,
+                    pipeline=pipeline,
+                    epoch=epoch,
+                    versions=_json(encoded),
+                    holder=holder,
+                    created_at=now,
+                    expires_at=pin.expires_at,
+                )
+            )
+            return pin
+
+    @staticmethod
+    def _pin_ttl(ttl_seconds: float) -> timedelta:
+        if not ttl_seconds > 0:
+            raise CatalogError(f"a pin's ttl_seconds must be positive, not {ttl_seconds}")
+        return timedelta(seconds=ttl_seconds)
+
+    def renew_pin(self, pin: Pin, *, ttl_seconds: float) -> Pin:
+        ttl = self._pin_ttl(ttl_seconds)
+        with self._write() as conn:
+            row = conn.execute(sa.select(pins_table).where(pins_table.c.id == pin.id)).first()
+            now = self._now(conn)
+            if row is None or row.expires_at <= now:
+                raise PinExpiredError(
+                    pin_id=pin.id,
+                    holder=pin.holder,
+                    expired_at=None if row is None else row.expires_at,
+                )
+            conn.execute(
+                pins_table.update().where(pins_table.c.id == pin.id).values(expires_at=now + ttl)
+            )
+            return dataclasses.replace(self._pin(row), expires_at=now + ttl)
+
+    def release_pin(self, pin: Pin) -> None:
+        with self._write() as conn:
+            conn.execute(pins_table.delete().where(pins_table.c.id == pin.id))
+
+    def active_pins(self, *, now: datetime | None = None) -> list[Pin]:
+        p = pins_table
+        with self._read() as conn:
+            at = self._now(conn) if now is None else as_utc(now)
+            rows = conn.execute(sa.select(p).where(p.c.expires_at > at).order_by(p.c.created_at))
+            return [self._pin(row) for row in rows]
+
+    def purge_expired_pins(self) -> int:
+        with self._write() as conn:
+            return conn.execute(
+                pins_table.delete().where(pins_table.c.expires_at <= self._now(conn))
+            ).rowcount
+
+    @staticmethod
+    def _tag(row: Any) -> Tag:
+        return Tag(
+            name=row.name,
+            epoch=row.epoch,
+            versions=json.loads(row.versions),
+            pipeline=row.pipeline,
+            created_at=row.created_at,
+        )
+
+    def create_tag(
+        self, name: str, *, epoch: int, versions: Mapping[str, int], pipeline: str | None
+    ) -> Tag:
+        validate_name(name, kind="tag")
+        encoded = self._versions(versions)
+        with self._write() as conn:
+            existing = conn.execute(sa.select(tags_table).where(tags_table.c.name == name)).first()
+            if existing is not None:
+                raise TagExistsError(name=name, epoch=existing.epoch)
+            self._check_not_expired(conn, epoch)
+            tag = Tag(
+                name=name,
+                epoch=epoch,
+                versions=encoded,
+                pipeline=pipeline,
+                created_at=self._now(conn),
+            )
+            conn.execute(
+                tags_table.insert().values(
+                    name=name,
+                    epoch=epoch,
+                    pipeline=pipeline,
+                    versions=_json(encoded),
+                    created_at=tag.created_at,
+                )
+            )
+            return tag
+
+    def get_tag(self, name: str) -> Tag:
+        with self._read() as conn:
+            row = conn.execute(sa.select(tags_table).where(tags_table.c.name == name)).first()
+        if row is None:
+            raise UnknownTagError(name)
+        return self._tag(row)
+
+    def list_tags(self) -> list[Tag]:
+        with self._read() as conn:
+            return [
+                self._tag(row)
+                for row in conn.execute(sa.select(tags_table).order_by(tags_table.c.name))
+            ]
+
+    def delete_tag(self, name: str) -> None:
+        with self._write() as conn:
+            deleted = conn.execute(tags_table.delete().where(tags_table.c.name == name)).rowcount
+        if not deleted:
+            raise UnknownTagError(name)
+
+    def expire_epochs(
+        self, epochs: Sequence[int], *, rule: str, pipeline: str | None = None
+    ) -> list[int]:
+        wanted = sorted(set(epochs))
+        if not wanted:
+            return []
+        e, x, p, t = epochs_table, epoch_expiries_table, pins_table, tags_table
+        with self._write() as conn:
+            now = self._now(conn)
+            found = dict(
+                conn.execute(sa.select(e.c.id, e.c.pipeline).where(e.c.id.in_(wanted))).all()
+            )
+            for epoch in wanted:
+                if epoch not in found:
+                    raise UnknownEpochError(epoch)
+                if pipeline is not None and found[epoch] != pipeline:
+                    raise ForeignEpochError(
+                        epoch=epoch, epoch_pipeline=found[epoch], pipeline=pipeline
+                    )
+            # Under the write lock: a pin or tag made before this point protects its epoch;
+            # one made after it sees the expiry and fails with EpochExpiredError.
+            kept = set(
+                conn.execute(
+                    sa.select(p.c.epoch).where(p.c.epoch.in_(wanted), p.c.expires_at > now)
+                ).scalars()
+            )
+            kept |= set(conn.execute(sa.select(t.c.epoch).where(t.c.epoch.in_(wanted))).scalars())
+            kept |= set(conn.execute(sa.select(x.c.epoch).where(x.c.epoch.in_(wanted))).scalars())
+            expired = [epoch for epoch in wanted if epoch not in kept]
+            if expired:
+                conn.execute(
+                    x.insert(), [{"epoch": ep, "rule": rule, "expired_at": now} for ep in expired]
+                )
+            return expired
+
+    def _expiry_query(self) -> sa.Select[Any]:
+        x, e = epoch_expiries_table, epochs_table
+        return sa.select(x.c.epoch, e.c.pipeline, x.c.rule, x.c.expired_at).join(
+            e, e.c.id == x.c.epoch
+        )
+
+    def expiry_of(self, epoch: int) -> EpochExpiry | None:
+        with self._read() as conn:
+            row = conn.execute(
+                self._expiry_query().where(epoch_expiries_table.c.epoch == epoch)
+            ).first()
+        return None if row is None else EpochExpiry(*row)
+
+    def expired_epochs(self, *, pipeline: str | None = None) -> list[EpochExpiry]:
+        query = self._expiry_query().order_by(epoch_expiries_table.c.epoch)
+        if pipeline is not None:
+            query = query.where(epochs_table.c.pipeline == pipeline)
+        with self._read() as conn:
+            return [EpochExpiry(*row) for row in conn.execute(query)]
+
+    def set_retention_policy(self, pipeline: str | None, policy_json: str | None) -> None:
+        if policy_json is not None:
+            try:
+                json.loads(policy_json)
+            except ValueError as exc:
+                raise InvalidRetentionPolicyError(pipeline=pipeline, reason=str(exc)) from None
+        m = meta_table
+        with self._write() as conn:
+            if pipeline is not None:
+                self._pipeline_row(conn, pipeline)
+                conn.execute(
+                    pipelines_table.update()
+                    .where(pipelines_table.c.name == pipeline)
+                    .values(retention_policy=policy_json)
+                )
+                return
+            conn.execute(m.delete().where(m.c.key == _META_RETENTION_POLICY))
+            if policy_json is not None:
+                conn.execute(m.insert().values(key=_META_RETENTION_POLICY, value=policy_json))
+
+    def retention_policy(self, pipeline: str | None) -> str | None:
+        m, p = meta_table, pipelines_table
+        with self._read(snapshot=True) as conn:
+            if pipeline is not None:
+                row = conn.execute(sa.select(p).where(p.c.name == pipeline)).first()
+                if row is None and pipeline != PIPELINE_DEFAULT:
+                    raise UnknownPipelineError(pipeline)
+                if row is not None and row.retention_policy is not None:
+                    return row.retention_policy
+            return conn.execute(
+                sa.select(m.c.value).where(m.c.key == _META_RETENTION_POLICY)
+            ).scalar_one_or_none()
+
+    # -- status --------------------------------------------------------------------------
+
     def table_status(self) -> list[TableStatus]:
+        # A fixed number of statements whatever the history: latest-state lookups are
+        # index descents per table, per-pipeline newest rows are descents per pipeline.
+        p, e, c = pipelines_table, epochs_table, commits_table
+        newest_epoch = (
+            sa.select(sa.func.max(e.c.id)).where(e.c.pipeline == p.c.name).scalar_subquery()
+        )
+        cx = c.alias("cx")
+        newest_commit = (
+            sa.select(sa.func.max(cx.c.epoch)).where(cx.c.pipeline == p.c.name).scalar_subquery()
+        )
         with self._read(snapshot=True) as conn:
             tables = [
                 self._table_info(row)
@@ -1606,14 +2570,53 @@ class SqlCatalog(Catalog):
                 row.table_name: self._validation(row)
                 for row in self._latest_rows(conn, "validation", names)
             }
-        return [
-            TableStatus(
-                table=table.name,
-                kind=table.kind,
-                writer_job=table.writer_job,
-                latest_processed=processed.get(table.name),
-                latest_written=written.get(table.name),
-                latest_validation=checked.get(table.name),
+            writers = sorted({t.writer_job for t in tables if t.writer_job is not None})
+            leases = {
+                row.job: self._lease(row)
+                for row in conn.execute(
+                    sa.select(leases_table).where(leases_table.c.job.in_(writers))
+                )
+            }
+            failed = {
+                row.job: self._failure(row) for row in conn.execute(self._last_failures_query())
+            }
+            pipeline_epochs = {
+                row.pipeline: self._epoch(row)
+                for row in conn.execute(
+                    sa.select(e).where(e.c.id.in_(sa.select(newest_epoch).select_from(p)))
+                )
+            }
+            pipeline_commits = {
+                row.pipeline: self._commit(row)
+                for row in conn.execute(
+                    sa.select(c).where(c.c.epoch.in_(sa.select(newest_commit).select_from(p)))
+                )
+            }
+            written_ids = sorted({state.epoch for state in written.values()})
+            barrier = dict(
+                conn.execute(sa.select(e.c.id, e.c.barrier_ts).where(e.c.id.in_(written_ids))).all()
             )
-            for table in tables
-        ]
+        statuses = []
+        for table in tables:
+            latest_written = written.get(table.name)
+            writer = table.writer_job
+            statuses.append(
+                TableStatus(
+                    table=table.name,
+                    kind=table.kind,
+                    writer_job=writer,
+                    latest_processed=processed.get(table.name),
+                    latest_written=latest_written,
+                    latest_validation=checked.get(table.name),
+                    pipeline=table.pipeline,
+                    retired=table.retired_at is not None,
+                    writer_lease=None if writer is None else leases.get(writer),
+                    writer_last_failure=None if writer is None else failed.get(writer),
+                    pipeline_latest_epoch=pipeline_epochs.get(table.pipeline),
+                    latest_written_barrier_ts=None
+                    if latest_written is None
+                    else barrier.get(latest_written.epoch),
+                    pipeline_latest_commit=pipeline_commits.get(table.pipeline),
+                )
+            )
+        return statuses

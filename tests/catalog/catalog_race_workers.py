@@ -74,3 +74,57 @@ def successor(results, url, a_ready, b_took_over, a_done):
     catalog.seal("ingest", lease.generation, [SealRequest("raw", epoch, 2, attempt=2)])
     results.put(("b", "sealed", {"generation": lease.generation}))
     catalog.close()
+
+
+RACE_RULE = "race: keep nothing"
+
+
+def pin_epochs(results, url, start, seed, rounds, max_epoch):
+    """Pin random epochs; keep every other pin, release the rest at once."""
+    import random
+
+    from catalog import EpochExpiredError
+
+    rng = random.Random(seed)
+    catalog = load_catalog(url)
+    start.wait()
+    outcomes = []
+    for i in range(rounds):
+        epoch = rng.randint(1, max_epoch)
+        try:
+            pin = catalog.create_pin(
+                pipeline=None,
+                epoch=epoch,
+                versions={"t": epoch},
+                holder=f"w{seed}",
+                ttl_seconds=600,
+            )
+        except EpochExpiredError as error:
+            outcomes.append(("refused", epoch, error.rule))
+            continue
+        if i % 2:
+            catalog.release_pin(pin)
+            outcomes.append(("released", epoch, pin.id))
+        else:
+            outcomes.append(("kept", epoch, pin.id))
+    results.put(("pinner", outcomes))
+    catalog.close()
+
+
+def expire_all(results, url, start, max_epoch, seed):
+    """Expire every epoch in random small groups, as a retention sweep would."""
+    import random
+
+    rng = random.Random(seed)
+    order = list(range(1, max_epoch + 1))
+    rng.shuffle(order)
+    catalog = load_catalog(url)
+    start.wait()
+    expired = []
+    for i in range(0, len(order), 2):
+        expired.extend(catalog.expire_epochs(order[i : i + 2], rule=RACE_RULE))
+        time.sleep(0.01)  # let the pinners in between sweeps
+    # A second sweep: epochs whose pins were released since may go now.
+    expired.extend(catalog.expire_epochs(order, rule=RACE_RULE))
+    results.put(("expirer", expired))
+    catalog.close()

@@ -5,12 +5,21 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
 
-from catalog import JobSpec, Lease, SealRequest, SqlCatalog, TableSpec, load_catalog
-from catalog.sql import meta_table, metadata
+from catalog import (
+    PIPELINE_DEFAULT,
+    JobSpec,
+    Lease,
+    SealRequest,
+    SqlCatalog,
+    TableSpec,
+    load_catalog,
+)
+from catalog.sql import meta_table, metadata, pipelines_table
 
 BACKENDS = [
     pytest.param("sqlite-file", id="sqlite-file"),
@@ -46,11 +55,16 @@ def postgres_contract_url(postgres_server: str) -> Iterator[str]:
 
 
 def _emptied(url: str) -> str:
+    """The catalog as new: no rows but the schema version and the default pipeline."""
     engine = sa.create_engine(url)
     with engine.begin() as conn:
         for table in reversed(metadata.sorted_tables):
             if table is not meta_table:
                 conn.execute(table.delete())
+        conn.execute(meta_table.delete().where(meta_table.c.key != "schema_version"))
+        conn.execute(
+            pipelines_table.insert().values(name=PIPELINE_DEFAULT, created_at=datetime.now(UTC))
+        )
     engine.dispose()
     return url
 

@@ -6,9 +6,18 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from catalog import SliceConflictError, UnknownEpochError
+from catalog import JobSpec, SliceConflictError, StaleLeaseError, TableSpec, UnknownEpochError
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def reader(catalog):
+    """A job ``ingest`` reading sources, with its lease: slices are recorded by a job."""
+    catalog.register_table(TableSpec("raw", "/w/raw", kind="root"))
+    catalog.register_job(JobSpec("ingest", "raw", source="words"))
+    lease = catalog.acquire_lease("ingest", "me", ttl_seconds=60)
+    return {"job": "ingest", "generation": lease.generation}
 
 
 def test_epochs_start_at_one_and_strictly_increase(catalog):
@@ -73,26 +82,28 @@ def test_epoch_at_or_before_a_time(catalog):
     assert catalog.epoch_at_or_before((T0 + timedelta(minutes=1)).astimezone(paris)).id == 3
 
 
-def test_a_slice_is_recorded_once(catalog):
+def test_a_slice_is_recorded_once(catalog, reader):
     epoch = catalog.open_epoch()
     bounds = {"topic": "words", "partitions": {"0": [0, 10], "1": [5, 7]}}
-    recorded = catalog.record_slice("words", epoch.id, bounds)
+    recorded = catalog.record_slice("words", epoch.id, bounds, **reader)
     assert recorded.bounds == bounds and recorded.epoch == epoch.id and not recorded.catch_up
     assert recorded.recorded_at is not None
-    assert catalog.record_slice("words", epoch.id, dict(bounds)) == recorded
+    assert catalog.record_slice("words", epoch.id, dict(bounds), **reader) == recorded
     with pytest.raises(SliceConflictError) as raised:
-        catalog.record_slice("words", epoch.id, {"topic": "words", "partitions": {"0": [0, 11]}})
+        catalog.record_slice(
+            "words", epoch.id, {"topic": "words", "partitions": {"0": [0, 11]}}, **reader
+        )
     error = raised.value
     assert (error.source, error.epoch) == ("words", epoch.id)
     assert error.recorded == bounds
     assert catalog.get_slice("words", epoch.id) == recorded
 
 
-def test_slices_per_source_and_latest(catalog):
+def test_slices_per_source_and_latest(catalog, reader):
     e1, e2, e3 = (catalog.open_epoch() for _ in range(3))
-    catalog.record_slice("a", e1.id, {"to": 1})
-    catalog.record_slice("a", e3.id, {"to": 3}, catch_up=True)
-    catalog.record_slice("b", e2.id, {"to": 2})
+    catalog.record_slice("a", e1.id, {"to": 1}, **reader)
+    catalog.record_slice("a", e3.id, {"to": 3}, catch_up=True, **reader)
+    catalog.record_slice("b", e2.id, {"to": 2}, **reader)
     assert catalog.latest_slice("a").epoch == 3
     assert catalog.latest_slice("a").catch_up
     assert catalog.latest_slice("b").bounds == {"to": 2}
@@ -100,7 +111,24 @@ def test_slices_per_source_and_latest(catalog):
     assert catalog.get_slice("a", e2.id) is None
 
 
-def test_a_slice_of_an_unissued_epoch_is_refused(catalog):
+def test_a_slice_of_an_unissued_epoch_is_refused(catalog, reader):
     with pytest.raises(UnknownEpochError):
-        catalog.record_slice("words", 1, {"to": 1})
+        catalog.record_slice("words", 1, {"to": 1}, **reader)
     assert catalog.latest_slice("words") is None
+
+
+def test_a_slice_is_fenced_by_the_lease_generation(catalog, reader):
+    epoch = catalog.open_epoch().id
+    lease = catalog.get_lease("ingest")
+    catalog.release_lease(lease)
+    taken = catalog.acquire_lease("ingest", "successor", ttl_seconds=60)
+    with pytest.raises(StaleLeaseError) as raised:
+        catalog.record_slice("words", epoch, {"to": 1}, job="ingest", generation=lease.generation)
+    assert (raised.value.generation, raised.value.current_generation) == (1, 2)
+    assert catalog.get_slice("words", epoch) is None
+    catalog.record_slice("words", epoch, {"to": 1}, job="ingest", generation=taken.generation)
+    assert catalog.get_slice("words", epoch).bounds == {"to": 1}
+    assert [s.epoch for s in catalog.slices("a")] == [e1.id, e3.id]
+    assert [s.epoch for s in catalog.slices("a", after=e1.id)] == [e3.id]
+    assert [s.epoch for s in catalog.slices("a", after=0, up_to=e2.id)] == [e1.id]
+    assert catalog.slices("c") == []

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import sqlalchemy as sa
 
 from catalog import (
+    CatalogNotFoundError,
+    CatalogReadOnlyError,
     CatalogUnavailableError,
     CatalogUrlError,
     JobSpec,
+    SealRequest,
     SqlCatalog,
     TableSpec,
     load_catalog,
@@ -145,3 +150,121 @@ def test_an_unusable_sqlite_path_is_reported(tmp_path):
     with pytest.raises(CatalogUnavailableError) as raised:
         load_catalog(f"sqlite:///{blocker / 'sub' / 'cat.db'}")
     assert raised.value.backend == "sqlite"
+
+
+# -- opening without creating, and read-only catalogs ----------------------------------
+
+
+def populated_warehouse(warehouse) -> None:
+    catalog = load_catalog(warehouse=warehouse)
+    catalog.register_table(TableSpec("raw", str(warehouse / "raw"), kind="root"))
+    catalog.register_job(JobSpec("ingest", "raw", source="words"))
+    lease = catalog.acquire_lease("ingest", "me", ttl_seconds=60)
+    epoch = catalog.open_epoch().id
+    catalog.seal("ingest", lease.generation, [SealRequest("raw", epoch, 3)])
+    catalog.create_tag("first", epoch=epoch, versions={"raw": 3}, pipeline=None)
+    catalog.release_lease(lease)
+    catalog.close()
+
+
+def test_a_missing_catalog_is_not_created_without_create(tmp_path):
+    warehouse = tmp_path / "no" / "warehouse"
+    with pytest.raises(CatalogNotFoundError) as raised:
+        load_catalog(warehouse=warehouse, create=False)
+    message = str(raised.value)
+    assert str(warehouse / "_catalog.sqlite") in message and "etl run" in message
+    assert not (tmp_path / "no").exists()
+    with pytest.raises(CatalogNotFoundError):
+        load_catalog(f"sqlite:///{tmp_path / 'cat.db'}", create=False)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(CatalogNotFoundError):
+        load_catalog("memory://", create=False)
+
+
+def test_an_existing_catalog_opens_without_create(tmp_path):
+    populated_warehouse(tmp_path)
+    catalog = load_catalog(warehouse=tmp_path, create=False)
+    assert [t.name for t in catalog.list_tables()] == ["raw"]
+    assert catalog.open_epoch().id == 2
+    catalog.close()
+
+
+@pytest.mark.postgres
+def test_a_missing_postgres_catalog_is_not_created_without_create(postgres_url):
+    with_password = postgres_url.replace("://postgres@", f"://postgres:{PASSWORD}@")
+    with pytest.raises(CatalogNotFoundError) as raised:
+        load_catalog(with_password, create=False)
+    message = "".join(traceback.format_exception(raised.value))
+    assert PASSWORD not in message and "etl run" in str(raised.value)
+    assert "schema 't_" in str(raised.value)
+    engine = sa.create_engine(postgres_url)
+    with engine.connect() as conn:
+        assert sa.inspect(conn).get_table_names() == []
+    engine.dispose()
+    load_catalog(postgres_url).close()
+    load_catalog(postgres_url, create=False).close()
+
+
+def check_read_only(catalog, url_path) -> None:
+    """Every read works; every write fails saying the catalog is read-only."""
+    assert catalog.read_only
+    assert [t.name for t in catalog.list_tables()] == ["raw"]
+    assert catalog.get_job("ingest").source == "words"
+    assert catalog.latest_epoch().id == 1
+    assert catalog.latest_written(["raw"])["raw"].delta_version == 3
+    assert catalog.latest_commit().epoch == 1
+    assert [s.table for s in catalog.table_status()] == ["raw"]
+    assert len(catalog.state_history("raw")) == 1
+    assert catalog.get_tag("first").epoch == 1
+    assert catalog.get_lease("ingest").generation == 1
+    assert catalog.failures() == [] and catalog.active_pins() == []
+    assert catalog.retention_policy(None) is None
+    for write in (
+        lambda: catalog.open_epoch(),
+        lambda: catalog.register_table(TableSpec("other", "/w/other", kind="root")),
+        lambda: catalog.acquire_lease("ingest", "me", ttl_seconds=60),
+        lambda: catalog.create_pin(pipeline=None, epoch=1, versions={}, holder="r", ttl_seconds=9),
+    ):
+        with pytest.raises(CatalogReadOnlyError) as raised:
+            write()
+        message = str(raised.value)
+        assert f"the catalog at sqlite:///{url_path} is read-only" in message
+        assert "server is running" not in message
+
+
+def test_a_catalog_opened_read_only_reads_everything_and_refuses_writes(tmp_path):
+    populated_warehouse(tmp_path)
+    path = tmp_path / "_catalog.sqlite"
+    catalog = SqlCatalog(f"sqlite:///{path}", create=False, read_only=True)
+    check_read_only(catalog, path)
+    catalog.close()
+
+
+def test_a_write_refused_by_sqlite_itself_says_read_only(tmp_path):
+    populated_warehouse(tmp_path)
+    path = tmp_path / "_catalog.sqlite"
+    catalog = SqlCatalog(f"sqlite:///{path}", create=False, read_only=True)
+    catalog.read_only = False  # as if the permissions had looked writable: mode=ro refuses
+    with pytest.raises(CatalogReadOnlyError, match="is read-only"):
+        catalog.open_epoch()
+    catalog.close()
+
+
+def test_a_catalog_without_write_permission_opens_read_only(tmp_path):
+    warehouse = tmp_path / "shared"
+    populated_warehouse(warehouse)
+    path = warehouse / "_catalog.sqlite"
+    for leftover in warehouse.glob("_catalog.sqlite-*"):
+        leftover.unlink()
+    path.chmod(0o444)
+    warehouse.chmod(0o555)
+    try:
+        if os.access(path, os.W_OK) or os.access(warehouse, os.W_OK):
+            pytest.skip("running as root: permissions do not stop writes (mode=ro is tested)")
+        catalog = load_catalog(warehouse=warehouse, create=False)
+        check_read_only(catalog, path)
+        catalog.close()
+        assert sorted(p.name for p in warehouse.iterdir()) == ["_catalog.sqlite"]
+    finally:
+        warehouse.chmod(0o755)
+        path.chmod(0o644)

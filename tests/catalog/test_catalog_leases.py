@@ -7,7 +7,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from catalog import JobSpec, LeaseError, LeaseHeldError, StaleLeaseError, TableSpec, UnknownJobError
+from catalog import (
+    JobSpec,
+    LeaseError,
+    LeaseHeldError,
+    RetiredError,
+    StaleLeaseError,
+    TableSpec,
+    UnknownJobError,
+)
 
 SHORT_TTL = 0.15
 
@@ -93,3 +101,99 @@ def test_a_lease_needs_a_positive_ttl(job_catalog, ttl):
     with pytest.raises(LeaseError, match="positive"):
         job_catalog.acquire_lease("j", "a", ttl_seconds=ttl)
     assert job_catalog.get_lease("j") is None
+
+
+def test_a_lease_records_when_its_generation_was_acquired(job_catalog):
+    first = job_catalog.acquire_lease("j", "a", ttl_seconds=30)
+    assert first.acquired_at is not None and first.acquired_at <= first.expires_at
+    again = job_catalog.acquire_lease("j", "a", ttl_seconds=60)
+    assert again.acquired_at == first.acquired_at
+    renewed = job_catalog.renew_lease(again, ttl_seconds=90)
+    assert renewed.acquired_at == first.acquired_at
+    job_catalog.release_lease(renewed)
+    taken = job_catalog.acquire_lease("j", "b", ttl_seconds=30)
+    assert taken.acquired_at > first.acquired_at
+    assert job_catalog.get_lease("j") == taken
+
+
+def test_a_held_lease_error_says_who_since_when_and_until_when(job_catalog):
+    held = job_catalog.acquire_lease("j", "runner-a", ttl_seconds=30)
+    with pytest.raises(LeaseHeldError) as raised:
+        job_catalog.acquire_lease("j", "runner-b", ttl_seconds=30)
+    error = raised.value
+    assert (error.job, error.owner) == ("j", "runner-a")
+    assert (error.acquired_at, error.expires_at) == (held.acquired_at, held.expires_at)
+    message = str(error)
+    assert "runner-a" in message
+    assert str(held.acquired_at) in message and str(held.expires_at) in message
+
+
+def test_a_live_lease_can_be_taken_over_by_compare_and_swap(job_catalog):
+    held = job_catalog.acquire_lease("j", "dead-runner", ttl_seconds=300)
+    taken = job_catalog.take_over_lease(
+        "j", "new-runner", expected_owner="dead-runner", expected_generation=1, ttl_seconds=30
+    )
+    assert (taken.owner, taken.generation) == ("new-runner", 2)
+    assert taken.acquired_at >= held.acquired_at
+    assert job_catalog.get_lease("j") == taken
+    # The old owner is fenced: it can neither renew nor record anything.
+    with pytest.raises(StaleLeaseError):
+        job_catalog.renew_lease(held, ttl_seconds=30)
+    epoch = job_catalog.open_epoch().id
+    with pytest.raises(StaleLeaseError):
+        job_catalog.record_processed("t", epoch, delta_version=0, job="j", attempt=1, generation=1)
+    job_catalog.record_processed("t", epoch, delta_version=0, job="j", attempt=1, generation=2)
+
+
+def test_a_takeover_with_a_stale_expectation_is_refused(job_catalog):
+    job_catalog.acquire_lease("j", "a", ttl_seconds=300)
+    job_catalog.take_over_lease("j", "b", expected_owner="a", expected_generation=1, ttl_seconds=30)
+    # A second runner that also saw ("a", 1) loses the race: b's lease is live.
+    with pytest.raises(LeaseHeldError) as raised:
+        job_catalog.take_over_lease(
+            "j", "c", expected_owner="a", expected_generation=1, ttl_seconds=30
+        )
+    assert raised.value.owner == "b"
+    with pytest.raises(LeaseHeldError):
+        job_catalog.take_over_lease(
+            "j", "c", expected_owner="b", expected_generation=1, ttl_seconds=30
+        )
+    assert job_catalog.get_lease("j").owner == "b"
+
+
+def test_a_takeover_of_a_lease_that_changed_and_lapsed_is_stale(job_catalog):
+    with pytest.raises(StaleLeaseError) as raised:
+        job_catalog.take_over_lease(
+            "j", "b", expected_owner="a", expected_generation=1, ttl_seconds=30
+        )
+    assert raised.value.current_generation is None
+    lease = job_catalog.acquire_lease("j", "a", ttl_seconds=SHORT_TTL)
+    job_catalog.release_lease(lease)
+    job_catalog.acquire_lease("j", "b", ttl_seconds=SHORT_TTL)
+    time.sleep(SHORT_TTL + 0.1)
+    with pytest.raises(StaleLeaseError) as raised:
+        job_catalog.take_over_lease(
+            "j", "c", expected_owner="a", expected_generation=1, ttl_seconds=30
+        )
+    assert (raised.value.generation, raised.value.current_generation) == (1, 2)
+    with pytest.raises(LeaseError, match="positive"):
+        job_catalog.take_over_lease(
+            "j", "c", expected_owner="b", expected_generation=2, ttl_seconds=0
+        )
+
+
+def test_a_retired_jobs_lease_cannot_be_acquired(job_catalog):
+    lease = job_catalog.acquire_lease("j", "a", ttl_seconds=30)
+    job_catalog.retire_job("j")
+    for take in (
+        lambda: job_catalog.acquire_lease("j", "a", ttl_seconds=30),
+        lambda: job_catalog.take_over_lease(
+            "j", "b", expected_owner="a", expected_generation=lease.generation, ttl_seconds=30
+        ),
+    ):
+        with pytest.raises(RetiredError) as raised:
+            take()
+        assert (raised.value.kind, raised.value.name) == ("job", "j")
+        assert "retired" in str(raised.value)
+    job_catalog.register_job(JobSpec("j", "t", source="s"))
+    assert job_catalog.acquire_lease("j", "a", ttl_seconds=30).generation == lease.generation

@@ -8,7 +8,15 @@ import time
 from collections.abc import Callable
 
 import pytest
-from catalog_race_workers import open_epochs, register_job, successor, zombie
+from catalog_race_workers import (
+    RACE_RULE,
+    expire_all,
+    open_epochs,
+    pin_epochs,
+    register_job,
+    successor,
+    zombie,
+)
 
 from catalog import EpochState, JobSpec, TableSpec, load_catalog
 
@@ -117,4 +125,42 @@ def test_a_zombie_cannot_seal_after_its_lease_was_taken_over(shared_catalog_url)
     assert reported["b"] == ("sealed", {"generation": 2})
     sealed = catalog.table_epoch("raw", epoch)
     assert (sealed.state, sealed.generation, sealed.delta_version) == (EpochState.WRITTEN, 2, 2)
+    catalog.close()
+
+
+def test_a_pin_either_protects_its_epoch_or_fails_clearly(shared_catalog_url):
+    catalog = load_catalog(shared_catalog_url)
+    max_epoch = 30
+    for _ in range(max_epoch):
+        catalog.open_epoch()
+    pinners = PROCESSES - 1
+    start = SPAWN.Barrier(PROCESSES)
+    reported = run_processes(
+        *[
+            (pin_epochs, (shared_catalog_url, start, seed, 20, max_epoch))
+            for seed in range(pinners)
+        ],
+        (expire_all, (shared_catalog_url, start, max_epoch, 99)),
+    )
+    expired = next(found for who, found in reported if who == "expirer")
+    assert len(expired) == len(set(expired))
+    outcomes = [o for who, found in reported if who == "pinner" for o in found]
+    kept = {pin_id: epoch for what, epoch, pin_id in outcomes if what == "kept"}
+    assert kept, "no pin was ever created: the race did not happen"
+    for what, epoch, detail in outcomes:
+        expiry = catalog.expiry_of(epoch)
+        if what == "kept":
+            # Its pin is still active: the sweeps must have skipped its epoch.
+            assert expiry is None, (epoch, detail)
+        elif what == "refused":
+            assert expiry is not None and expiry.rule == detail == RACE_RULE
+    assert {e.epoch for e in catalog.expired_epochs()} == set(expired)
+    active = catalog.active_pins()
+    assert {pin.id: pin.epoch for pin in active} == kept
+    for pin in active:
+        assert catalog.expiry_of(pin.epoch) is None
+    # Once the pinners are done, a last sweep expires exactly the epochs without a live pin.
+    every = set(range(1, max_epoch + 1))
+    catalog.expire_epochs(sorted(every), rule=RACE_RULE)
+    assert {e.epoch for e in catalog.expired_epochs()} == every - set(kept.values())
     catalog.close()

@@ -86,7 +86,7 @@ def test_invalid_names_are_refused_everywhere(catalog, name):
     assert raised.value.kind == "source"
     epoch = catalog.open_epoch()
     with pytest.raises(InvalidNameError):
-        catalog.record_slice(name, epoch.id, {"offset": 1})
+        catalog.record_slice(name, epoch.id, {"offset": 1}, job="j", generation=1)
     assert [t.name for t in catalog.list_tables()] == ["good", "other"]
     assert catalog.list_jobs() == []
 

@@ -14,6 +14,7 @@ from catalog import (
     UnknownEpochError,
     UnknownTableError,
     ValidationRecord,
+    WriterMismatchError,
 )
 
 P, W, R, C = EpochState.PROCESSED, EpochState.WRITTEN, EpochState.ROLLED_BACK, EpochState.COALESCED
@@ -337,9 +338,12 @@ def test_states_at_and_ranges(chain):
 def test_validations_are_kept_per_epoch_and_replaced_on_rerun(chain):
     catalog = chain.catalog
     e1, e2 = open_epochs(chain, 2)
-    catalog.record_validation(ValidationRecord("raw", e1, False, "block", {"failed": ["a"]}))
-    catalog.record_validation(ValidationRecord("raw", e1, True, "block", {"failed": []}))
-    catalog.record_validation(ValidationRecord("raw", e2, False, "warn", {"n": 1}))
+    ingest = {"job": "ingest", "generation": chain.ingest.generation}
+    catalog.record_validation(
+        ValidationRecord("raw", e1, False, "block", {"failed": ["a"]}), **ingest
+    )
+    catalog.record_validation(ValidationRecord("raw", e1, True, "block", {"failed": []}), **ingest)
+    catalog.record_validation(ValidationRecord("raw", e2, False, "warn", {"n": 1}), **ingest)
     records = catalog.validations("raw")
     assert [(r.epoch, r.success, r.policy) for r in records] == [
         (e1, True, "block"),
@@ -349,9 +353,26 @@ def test_validations_are_kept_per_epoch_and_replaced_on_rerun(chain):
     assert [r.epoch for r in catalog.validations("raw", epoch=e2)] == [e2]
     assert catalog.validations("counts") == []
     with pytest.raises(UnknownTableError):
-        catalog.record_validation(ValidationRecord("ghost", e1, True, "warn"))
+        catalog.record_validation(ValidationRecord("ghost", e1, True, "warn"), **ingest)
     with pytest.raises(UnknownEpochError):
-        catalog.record_validation(ValidationRecord("raw", 99, True, "warn"))
+        catalog.record_validation(ValidationRecord("raw", 99, True, "warn"), **ingest)
+
+
+def test_validations_are_fenced_and_only_by_the_writer(chain):
+    catalog = chain.catalog
+    (e,) = open_epochs(chain, 1)
+    record = ValidationRecord("raw", e, True, "warn")
+    with pytest.raises(WriterMismatchError) as raised:
+        catalog.record_validation(record, job="count", generation=chain.count.generation)
+    assert (raised.value.table, raised.value.job, raised.value.writer) == ("raw", "count", "ingest")
+    catalog.release_lease(chain.ingest)
+    taken = catalog.acquire_lease("ingest", "runner-b", ttl_seconds=60)
+    with pytest.raises(StaleLeaseError) as stale:
+        catalog.record_validation(record, job="ingest", generation=chain.ingest.generation)
+    assert (stale.value.generation, stale.value.current_generation) == (1, 2)
+    assert catalog.validations("raw") == []
+    catalog.record_validation(record, job="ingest", generation=taken.generation)
+    assert [v.epoch for v in catalog.validations("raw")] == [e]
 
 
 def test_table_status(chain):
@@ -359,7 +380,9 @@ def test_table_status(chain):
     e1, e2 = open_epochs(chain, 2)
     seal_ingest(chain, e1, 1)
     processed(chain, "raw", e2, 2)
-    catalog.record_validation(ValidationRecord("raw", e2, False, "block"))
+    catalog.record_validation(
+        ValidationRecord("raw", e2, False, "block"), job="ingest", generation=1
+    )
     status = {s.table: s for s in catalog.table_status()}
     assert set(status) == {"raw", "rejects", "counts"}
     raw = status["raw"]
@@ -370,3 +393,90 @@ def test_table_status(chain):
     counts = status["counts"]
     assert (counts.kind, counts.writer_job, counts.latest_written) == ("derived", "count", None)
     assert counts.latest_processed is None and counts.latest_validation is None
+
+
+def test_every_transition_goes_through_the_one_state_machine(chain, monkeypatch):
+    import catalog.sql
+    import catalog.states
+
+    calls = []
+
+    def spy(table, epoch, current, requested, **attempts):
+        calls.append((table, epoch, current, requested))
+        return catalog.states.check_transition(table, epoch, current, requested, **attempts)
+
+    monkeypatch.setattr(catalog.sql, "check_transition", spy)
+    e1, e2, e3 = open_epochs(chain, 3)
+    processed(chain, "raw", e1, 1)
+    chain.catalog.mark_rolled_back("raw", e1, job="ingest", generation=1, reason="x")
+    processed(chain, "raw", e2, 2)
+    chain.seal_root(e3, 3, first_epoch=e1)
+    assert calls == [
+        ("raw", e1, None, P),
+        ("raw", e1, P, R),
+        ("raw", e2, None, P),
+        ("raw", e3, None, W),
+        ("raw", e1, R, C),
+        ("raw", e2, P, C),
+    ]
+
+
+def test_table_status_shows_pipeline_lease_failure_freshness_and_commit(chain, tmp_path):
+    from catalog import JobFailureRecord
+
+    catalog = chain.catalog
+    e1, e2 = open_epochs(chain, 2)
+    seal_ingest(chain, e1, 1)
+    seal_count(chain, e1, 2)
+    processed(chain, "raw", e2, 3)
+    failed = catalog.record_failure(
+        JobFailureRecord(job="count", error_class="E", message="m", owner="runner-a", epoch=e2)
+    )
+    catalog.register_table(
+        TableSpec("orders", str(tmp_path / "orders"), kind="root", pipeline="sales")
+    )
+    sales_epoch = catalog.open_epoch(pipeline="sales")
+    status = {s.table: s for s in catalog.table_status()}
+    raw = status["raw"]
+    assert (raw.pipeline, raw.retired) == ("default", False)
+    assert raw.writer_lease == catalog.get_lease("ingest")
+    assert raw.writer_lease.acquired_at is not None
+    assert raw.writer_last_failure is None
+    assert raw.pipeline_latest_epoch == catalog.get_epoch(e2)
+    assert raw.latest_written_barrier_ts == catalog.get_epoch(e1).barrier_ts
+    assert raw.pipeline_latest_commit == catalog.get_commit(e1)
+    counts = status["counts"]
+    assert counts.writer_last_failure == failed
+    assert counts.writer_lease.owner == "runner-a"
+    orders = status["orders"]
+    assert (orders.pipeline, orders.writer_job, orders.writer_lease) == ("sales", None, None)
+    assert orders.pipeline_latest_epoch == sales_epoch
+    assert orders.pipeline_latest_commit is None and orders.latest_written_barrier_ts is None
+    catalog.retire_job("count")
+    catalog.retire_table("counts")
+    assert {s.table: s.retired for s in catalog.table_status()}["counts"] is True
+
+
+def test_table_status_costs_a_fixed_number_of_queries(chain):
+    import sqlalchemy as sa
+
+    catalog = chain.catalog
+
+    def statements() -> int:
+        seen = []
+
+        def count(*_args):
+            seen.append(1)
+
+        sa.event.listen(catalog._engine, "before_cursor_execute", count)
+        try:
+            catalog.table_status()
+        finally:
+            sa.event.remove(catalog._engine, "before_cursor_execute", count)
+        return len(seen)
+
+    few = statements()
+    for e in open_epochs(chain, 20):
+        seal_ingest(chain, e, e)
+        seal_count(chain, e, e)
+    assert statements() == few

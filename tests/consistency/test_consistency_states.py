@@ -83,3 +83,21 @@ def test_global_state():
     assert global_state({"a": W, "b": C}) == "OPEN"
     assert global_state({"a": W, "b": RB}) == "OPEN"
     assert global_state({}) == "OPEN"
+
+
+def test_the_state_machine_is_defined_once_in_the_catalog():
+    import catalog.states
+    import consistency.states
+
+    assert consistency.states.LEGAL_TRANSITIONS is catalog.states.LEGAL_TRANSITIONS
+    assert consistency.states.check_transition is catalog.states.check_transition
+    assert LEGAL_TRANSITIONS is catalog.states.LEGAL_TRANSITIONS
+
+
+def test_skip_resolution_sequence_is_legal():
+    # SKIP = Delta RESTORE, mark_rolled_back, then a replay that seals the epoch empty.
+    check_transition("t", 5, P, RB)
+    check_transition("t", 5, RB, P, attempt=2, current_attempt=1)
+    check_transition("t", 5, P, W, attempt=2, current_attempt=2)
+    with pytest.raises(EpochStateError):
+        check_transition("t", 5, RB, W, attempt=2, current_attempt=1)

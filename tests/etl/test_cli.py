@@ -579,7 +579,9 @@ def test_status_names_the_expectations_that_block_an_epoch(tmp_path):
             blocking=blocking,
         )
         catalog.record_validation(
-            ValidationRecord(table, epoch, success=False, policy=policy, results=outcome.summary())
+            ValidationRecord(table, epoch, success=False, policy=policy, results=outcome.summary()),
+            job=lease.job,
+            generation=lease.generation,
         )
     result = etl("status", "--format", "json", "--warehouse", warehouse, cwd=tmp_path)
     assert result.returncode == 0, result.stderr

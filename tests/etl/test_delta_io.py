@@ -377,9 +377,7 @@ def test_restore_and_log_commits_for_recovery(spark, tmp_path):
     assert restored == 2
     assert sorted(r.id for r in read_table(spark, location).collect()) == [0, 1, 2]
     assert log_commits(location, after_version=0) == [
-        LogCommit(
-            version=1, operation="WRITE", epoch=2, first_epoch=2, job="j", attempt=1, part=0
-        ),
+        LogCommit(version=1, operation="WRITE", epoch=2, first_epoch=2, job="j", attempt=1, part=0),
         LogCommit(version=2, operation="RESTORE", job="j", restored_to=0),
     ]
     first = log_commits(location, after_version=None)[0]
