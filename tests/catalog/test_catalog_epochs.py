@@ -109,6 +109,10 @@ def test_slices_per_source_and_latest(catalog, reader):
     assert catalog.latest_slice("b").bounds == {"to": 2}
     assert catalog.latest_slice("c") is None
     assert catalog.get_slice("a", e2.id) is None
+    assert [s.epoch for s in catalog.slices("a")] == [e1.id, e3.id]
+    assert [s.epoch for s in catalog.slices("a", after=e1.id)] == [e3.id]
+    assert [s.epoch for s in catalog.slices("a", after=0, up_to=e2.id)] == [e1.id]
+    assert catalog.slices("c") == []
 
 
 def test_a_slice_of_an_unissued_epoch_is_refused(catalog, reader):
@@ -128,7 +132,3 @@ def test_a_slice_is_fenced_by_the_lease_generation(catalog, reader):
     assert catalog.get_slice("words", epoch) is None
     catalog.record_slice("words", epoch, {"to": 1}, job="ingest", generation=taken.generation)
     assert catalog.get_slice("words", epoch).bounds == {"to": 1}
-    assert [s.epoch for s in catalog.slices("a")] == [e1.id, e3.id]
-    assert [s.epoch for s in catalog.slices("a", after=e1.id)] == [e3.id]
-    assert [s.epoch for s in catalog.slices("a", after=0, up_to=e2.id)] == [e1.id]
-    assert catalog.slices("c") == []
