@@ -26,6 +26,7 @@ from consistency.levels import LEVEL_ABBREVIATIONS, parse_level
 from consistency.models import (
     BEFORE_FIRST_VERSION,
     META_ATTEMPT,
+    META_AUDIT,
     META_BATCH,
     META_EPOCH,
     META_FINAL,
@@ -52,6 +53,7 @@ __all__ = [
     "LEGAL_TRANSITIONS",
     "LEVEL_ABBREVIATIONS",
     "META_ATTEMPT",
+    "META_AUDIT",
     "META_BATCH",
     "META_EPOCH",
     "META_FINAL",
