@@ -310,3 +310,11 @@ class Runner:
 
 def _now(reference: datetime) -> datetime:
     return datetime.now(reference.tzinfo)
+
+
+__all__ = [
+    "JobFailure",
+    "ProgressCallback",
+    "RunResult",
+    "Runner",
+]

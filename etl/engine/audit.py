@@ -123,3 +123,9 @@ def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditV
         rows=written.rows_of(job.output) - outcome.quarantined_count,
     )
     return AuditVerdict(written, quarantined=outcome.quarantined_count)
+
+
+__all__ = [
+    "AuditVerdict",
+    "audit",
+]

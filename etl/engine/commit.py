@@ -206,3 +206,14 @@ def current_version(catalog: Catalog, table: str) -> int:
     if version is None:
         raise InternalError(f"table {table!r} has no Delta version to seal at")
     return version
+
+
+__all__ = [
+    "AUDIT_PART",
+    "BatchWrite",
+    "EpochWriter",
+    "app_id",
+    "commit_metadata",
+    "current_version",
+    "txn_version",
+]
