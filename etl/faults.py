@@ -50,3 +50,11 @@ def maybe_crash(point: FaultPoint, *, job: str, epoch: int) -> None:
         if _reached < int(nth or 1):
             return
     os._exit(FAULT_EXIT_CODE)
+
+
+__all__ = [
+    "FAULT_ENV",
+    "FAULT_EXIT_CODE",
+    "FaultPoint",
+    "maybe_crash",
+]

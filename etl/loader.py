@@ -58,3 +58,8 @@ def _where(exc: BaseException, file: Path) -> str:
         if Path(frame.filename).resolve() == file.resolve()
     ]
     return f" (at {file}:{lines[-1]})" if lines else ""
+
+
+__all__ = [
+    "load_pipeline",
+]

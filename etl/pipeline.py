@@ -322,3 +322,16 @@ def parameters(values: Mapping[str, str]) -> Iterator[None]:
         yield
     finally:
         _PARAMS.reset(token)
+
+
+__all__ = [
+    "EpochContext",
+    "Input",
+    "InputRead",
+    "Job",
+    "Pipeline",
+    "Transform",
+    "param",
+    "parameters",
+    "table_location",
+]

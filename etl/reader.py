@@ -171,3 +171,10 @@ def snapshot(
 
 def _looks_like_sql(text: str) -> bool:
     return any(ch.isspace() for ch in text.strip())
+
+
+__all__ = [
+    "SnapshotReader",
+    "snapshot",
+    "tables_in_sql",
+]

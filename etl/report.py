@@ -136,3 +136,12 @@ def lineage_text(graph: dict, *, fmt: str) -> str:
     for root in sorted(n for n in kinds if n not in targets):
         walk(root, 0, (root,))
     return "\n".join(lines)
+
+
+__all__ = [
+    "TableStatusRow",
+    "lineage_graph",
+    "lineage_text",
+    "status_rows",
+    "to_json",
+]

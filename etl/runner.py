@@ -317,3 +317,11 @@ class Runner:
         return RunResult(
             epochs_opened=tuple(opened), batches=tuple(results), failures=tuple(failures)
         )
+
+
+__all__ = [
+    "JobFailure",
+    "ProgressCallback",
+    "RunResult",
+    "Runner",
+]

@@ -52,3 +52,9 @@ def build_spark(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+__all__ = [
+    "DEFAULT_MASTER",
+    "build_spark",
+]

@@ -23,3 +23,8 @@ def catalog_upgrade(
     catalog = SqlCatalog.open_for_upgrade(catalog_url, warehouse=warehouse)
     before = catalog.upgrade()
     typer.echo(f"catalog schema: version {before} -> {SCHEMA_VERSION}")
+
+
+__all__ = [
+    "catalog_upgrade",
+]

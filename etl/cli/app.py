@@ -117,3 +117,16 @@ def main() -> None:
     """The ``etl`` entry point (the commands register on :data:`app` in :mod:`etl.cli`)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     app()
+
+
+__all__ = [
+    "CatalogUrl",
+    "Warehouse",
+    "app",
+    "catalog_app",
+    "fail",
+    "guard",
+    "main",
+    "open_catalog",
+    "parse_params",
+]

@@ -85,3 +85,14 @@ def status_table(rows: Sequence[TableStatusRow]) -> Table:
         ),
         title="tables",
     )
+
+
+__all__ = [
+    "STATUS_COLUMNS",
+    "err",
+    "out",
+    "print_rows",
+    "rows_table",
+    "status_table",
+    "text",
+]

@@ -201,3 +201,9 @@ def recover(
         typer.echo(f"{step.table}: {step.action} epoch(s) {', '.join(map(str, step.epochs))}")
     if any(step.action is StepAction.ROLLED_BACK for step in result.recovered):
         typer.echo("the next `etl run` replays the rolled-back epochs from their recorded slices")
+
+
+__all__ = [
+    "recover",
+    "run",
+]

@@ -117,3 +117,10 @@ def epochs(
         for row, record in zip(cells, records, strict=True):
             row.append("catch-up" if record["catch_up"] else "")
     out.print(rows_table(columns, cells, title=f"epochs of {table}"))
+
+
+__all__ = [
+    "epochs",
+    "lineage",
+    "status",
+]

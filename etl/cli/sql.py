@@ -74,3 +74,8 @@ def sql(
             problem = str(exc).strip().splitlines()[0]
             raise UsageError(f"Spark cannot run the query: {problem}") from None
     print_rows(columns, rows, format)
+
+
+__all__ = [
+    "sql",
+]

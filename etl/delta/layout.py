@@ -106,3 +106,18 @@ def spark_file_path(uri: str) -> str:
 def has_scheme(path: str) -> bool:
     """True for a URI (``s3://...``, ``file:...``), False for a plain path."""
     return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path) is not None
+
+
+__all__ = [
+    "HIVE_NULL",
+    "PARTITION_TYPES",
+    "absolute_path",
+    "escape_path_name",
+    "has_scheme",
+    "hive_directory",
+    "normalize_location",
+    "serialize_partition_value",
+    "spark_file_path",
+    "unescape_path_name",
+    "written_partition_values",
+]

@@ -134,3 +134,9 @@ def _finished_audit(
     quarantine = catalog.table_epoch(gate.quarantine_table, batch.last)
     quarantined = (quarantine.rows or 0) if quarantine is not None else 0
     return AuditVerdict(written, quarantined=quarantined)
+
+
+__all__ = [
+    "AuditVerdict",
+    "audit",
+]

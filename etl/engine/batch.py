@@ -370,3 +370,10 @@ class EpochEngine:
             raise OutputSchemaError(
                 job=job.name, epoch=batch.last, problem=f"duplicate column names in {columns}"
             )
+
+
+__all__ = [
+    "BatchOutcome",
+    "BatchResult",
+    "EpochEngine",
+]

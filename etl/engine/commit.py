@@ -353,3 +353,14 @@ def current_version(catalog: Catalog, table: str) -> int:
     if version is None:
         raise InternalError(f"table {table!r} has no Delta version to seal at")
     return version
+
+
+__all__ = [
+    "BatchWrite",
+    "EpochWriter",
+    "LeaseCheck",
+    "PreparedWrite",
+    "commit_metadata",
+    "current_version",
+    "next_attempt",
+]

@@ -245,3 +245,10 @@ def _rollback(
         epochs=action.epochs,
         version=action.to_version,
     )
+
+
+__all__ = [
+    "RecoveryStep",
+    "StepAction",
+    "recover",
+]

@@ -163,3 +163,14 @@ class QualityGate:
                 "job instead, or use policy 'block' or 'warn'",
                 expectation=check.label,
             )
+
+
+__all__ = [
+    "POLICIES",
+    "Check",
+    "ExpectationScope",
+    "Policy",
+    "QualityGate",
+    "describe",
+    "scope_of",
+]

@@ -71,3 +71,11 @@ TABLE_LEVEL_MAP_TYPES = frozenset(
 def quarantine_supported_types() -> tuple[str, ...]:
     """The row-level expectation types a ``quarantine`` gate can split rows on."""
     return tuple(sorted(ROW_RULES))
+
+
+__all__ = [
+    "ROW_RULES",
+    "TABLE_LEVEL_MAP_TYPES",
+    "RowRule",
+    "quarantine_supported_types",
+]

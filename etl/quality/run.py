@@ -280,3 +280,10 @@ def _split(
         quarantined=quarantined,
         quarantined_count=int(counts["failing"]),
     )
+
+
+__all__ = [
+    "FAILED_EXPECTATIONS_COLUMN",
+    "GateOutcome",
+    "run_gate",
+]

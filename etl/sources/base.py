@@ -67,3 +67,10 @@ class Source(ABC):
         The split must be a pure function of ``bounds`` so that a replay splits alike.
         """
         return (bounds,)
+
+
+__all__ = [
+    "SliceData",
+    "SliceRequest",
+    "Source",
+]

@@ -54,3 +54,8 @@ class DeltaTableSource(Source):
                 )
             files = [f for f in files if f.path not in before]
         return SliceData(rows=scan(spark, self.path, table, files))
+
+
+__all__ = [
+    "DeltaTableSource",
+]

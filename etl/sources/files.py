@@ -147,3 +147,9 @@ class FileSource(Source):
         parsed = _parse_datatype_string(str(self.schema))
         assert isinstance(parsed, StructType)
         return parsed
+
+
+__all__ = [
+    "FileFormat",
+    "FileSource",
+]

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.tansu import KafkaBrokerError, find_tansu_binary
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEMO_SECONDS = 12
 
 

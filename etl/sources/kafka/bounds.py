@@ -85,3 +85,15 @@ def micros(ts: datetime) -> int:
 
 def iso(micros: int) -> str:
     return (EPOCH_UTC + micros * MICRO).isoformat()
+
+
+__all__ = [
+    "BOUNDS_FORMAT",
+    "EPOCH_UTC",
+    "MICRO",
+    "BarrierKind",
+    "Bounds",
+    "Range",
+    "iso",
+    "micros",
+]

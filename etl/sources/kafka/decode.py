@@ -285,3 +285,22 @@ def decode_members(members: Sequence[Member], obj: dict[str, object]) -> list[ob
         else:
             out.append(convert(value))
     return out
+
+
+__all__ = [
+    "KAFKA_REJECT_COLUMNS",
+    "KIND_TAG",
+    "METADATA_COLUMNS",
+    "Invalid",
+    "KeyFormat",
+    "Member",
+    "MetadataColumn",
+    "RejectReason",
+    "Rejected",
+    "Unsupported",
+    "ValueFormat",
+    "converter",
+    "decode_members",
+    "kind",
+    "struct_members",
+]

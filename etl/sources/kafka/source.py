@@ -569,3 +569,9 @@ class _Scanned:
             if timestamp <= barrier_ms:  # -1: no timestamp, never holds a slice back
                 return offset
         return None
+
+
+__all__ = [
+    "KafkaSource",
+    "LatePolicy",
+]

@@ -255,3 +255,10 @@ class BatchBuilder:
         )
         self._reset()
         return batch
+
+
+__all__ = [
+    "POLL_MS",
+    "BatchBuilder",
+    "TaskPlan",
+]
