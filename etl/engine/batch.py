@@ -209,6 +209,14 @@ class EpochEngine:
             version = written.versions.get(table)
             if version is None:
                 version = current_version(self.catalog, table)
+            state = self.catalog.table_epoch(table, batch.last)
+            if state is not None and state.state is EpochState.ROLLED_BACK:
+                # An earlier attempt was undone and this one committed nothing to the table
+                # (a side output without rows this time): WRITTEN may not follow
+                # ROLLED_BACK, the table records this attempt first.
+                written = writer.record(
+                    written, table=table, version=version, rows=written.rows_of(table)
+                )
             requests.append(
                 SealRequest(
                     table=table,

@@ -129,19 +129,6 @@ def _recover(
             )
             if seal is not None:
                 versions[table] = seal.delta_version
-        for table, version in versions.items():
-            state = engine.catalog.table_epoch(table, action.epoch)
-            if state is not None and state.state is EpochState.ROLLED_BACK:
-                # A replay committed but was never recorded: WRITTEN may not follow
-                # ROLLED_BACK directly.
-                engine.catalog.record_processed(
-                    table,
-                    action.epoch,
-                    delta_version=version,
-                    job=job.name,
-                    attempt=action.attempt,
-                    generation=lease.generation,
-                )
         batch = EpochBatch(first=action.first_epoch, last=action.epoch)
         writer = engine.writer(
             job, batch, attempt=action.attempt, lease=lease, check_lease=check_lease, resumed=True

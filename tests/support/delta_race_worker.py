@@ -1,0 +1,58 @@
+"""A process racing others on one Delta table through the fenced commit path.
+
+Usage: python delta_race_worker.py LOCATION JOB GENERATION NAME COMMITS START_AT [--claim W]
+
+Waits until START_AT (a Unix time); with ``--claim W``, waits until worker W has 5 commits
+in the log, then claims the table for JOB at GENERATION;
+then commits COMMITS empty commits (metadata: worker NAME, index i). Prints one JSON
+object: the versions its commits returned, the claim's version, and how it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import pyarrow as pa  # noqa: E402
+from deltalake import DeltaTable  # noqa: E402
+
+from etl.delta import Fence, claim_table, commit_files  # noqa: E402
+from etl.errors import FencedError  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    location, job, generation, name, commits, start_at = argv[:6]
+    fence = Fence(job, int(generation))
+    report: dict[str, object] = {"name": name, "versions": [], "claimed_at": None, "stop": "done"}
+    while time.time() < float(start_at):
+        time.sleep(0.001)
+    if "--claim" in argv:
+        rival = argv[argv.index("--claim") + 1]
+        while sum(e.get("race.worker") == rival for e in DeltaTable(location).history()) < 5:
+            time.sleep(0.01)
+        report["claimed_at"] = claim_table(location, fence=fence)
+    schema = pa.schema([("id", pa.int64())])
+    for index in range(int(commits)):
+        try:
+            version = commit_files(
+                location,
+                [],
+                schema=schema,
+                mode="append",
+                fence=fence,
+                metadata={"race.worker": name, "race.index": index},
+            )
+        except FencedError as exc:
+            report["stop"] = f"fenced at {exc.fenced_at}"
+            break
+        report["versions"].append(version)  # type: ignore[union-attr]
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
