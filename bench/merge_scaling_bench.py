@@ -6,7 +6,8 @@ Per size, a pipeline ``feed`` (a FileSource of Parquet files, append) -> ``apply
 first epoch brings all N rows (ids 0..N-1). Each following epoch brings one file of
 ``DB_BENCH_MERGE_KEYS`` distinct ids drawn at random from 0..N-1 (so they spread over the
 whole table, the case copy-on-write handles worst) with new values. After one warm-up
-epoch, ``DB_BENCH_MERGE_EPOCHS`` epochs are timed:
+epoch, ``DB_BENCH_MERGE_EPOCHS`` epochs are timed (a whole run at the smallest size
+warms the JVM up first):
 
 - epoch: ``open_epoch`` + ``run_pending`` (both jobs);
 - merge job: the ``apply`` batch alone (from its start when the runner's engine can be
@@ -169,6 +170,7 @@ def main() -> None:
         f"{keys} updated keys per epoch, median of {epochs} epochs after a warm-up; "
         f"{load_average()}"
     )
+    _measure(spark, min(sizes), keys, 1)  # warm-up: JIT, Python workers, file caches
     results = {size: _measure(spark, size, keys, epochs) for size in sizes}
     smallest = results[sizes[0]]
     print(
