@@ -223,6 +223,14 @@ def instrument(recorder: Recorder) -> None:
     for method in ("parquet", "json", "load", "text"):
         recorder.wrap(DataFrameReader, method, f"spark: read.{method} (listing/footers)")
     recorder.wrap(DataFrameWriter, "parquet", "spark: write.parquet (job)")
+    # PySpark 4: the classic (non-Connect) DataFrame overrides the base class's methods.
+    frame_classes: list[type] = [DataFrame]
+    try:
+        from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+        frame_classes.append(ClassicDataFrame)
+    except ImportError:
+        pass
     for method in (
         "count",
         "collect",
@@ -238,13 +246,16 @@ def instrument(recorder: Recorder) -> None:
         "distinct",
         "groupBy",
     ):
-        recorder.wrap(DataFrame, method, f"spark: DataFrame.{method}")
+        for frame_class in frame_classes:
+            if method in frame_class.__dict__:
+                recorder.wrap(frame_class, method, f"spark: DataFrame.{method}")
     for prop in ("schema", "columns"):
-        descriptor = DataFrame.__dict__.get(prop)
-        if isinstance(descriptor, property) and descriptor.fget is not None:
-            holder = type("holder", (), {"fget": descriptor.fget})
-            recorder.wrap(holder, "fget", f"spark: DataFrame.{prop} (JVM round trip)")
-            setattr(DataFrame, prop, property(holder.fget))
+        for frame_class in frame_classes:
+            descriptor = frame_class.__dict__.get(prop)
+            if isinstance(descriptor, property) and descriptor.fget is not None:
+                holder = type("holder", (), {"fget": descriptor.fget})
+                recorder.wrap(holder, "fget", f"spark: DataFrame.{prop} (JVM round trip)")
+                setattr(frame_class, prop, property(holder.fget))
     recorder.sql_events()
 
 
@@ -268,6 +279,32 @@ def spark_jobs(spark) -> list[tuple[int, float, int]]:
     return out
 
 
+def spark_stages(spark, after_stage: int) -> dict[str, float]:
+    """Task-side totals of the stages after ``after_stage``: run time, CPU time (seconds)."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    stages = store.stageList(None, False, False, getattr(store, "stageList$default$4")(), None)
+    totals = {"stages": 0.0, "tasks": 0.0, "run": 0.0, "cpu": 0.0, "deserialize": 0.0, "max": 0.0}
+    for i in range(stages.size()):
+        stage = stages.apply(i)
+        totals["max"] = max(totals["max"], stage.stageId())
+        if stage.stageId() <= after_stage:
+            continue
+        totals["stages"] += 1
+        totals["tasks"] += stage.numCompleteTasks()
+        totals["run"] += stage.executorRunTime() / 1000
+        totals["cpu"] += stage.executorCpuTime() / 1e9
+        totals["deserialize"] += stage.executorDeserializeTime() / 1000
+    return totals
+
+
+def _codegen(spark) -> tuple[int, float]:
+    """(compilations, total compile ms) so far, from Spark's CodegenMetrics histograms."""
+    metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    histogram = metrics.METRIC_COMPILATION_TIME()
+    snapshot = histogram.getSnapshot()
+    return histogram.getCount(), snapshot.getMean() * histogram.getCount()
+
+
 def report(recorder: Recorder, *, per: int, wall: float, title: str, top: int = 40) -> None:
     with recorder.lock:
         rows = sorted(recorder.exclusive.items(), key=lambda item: -item[1])
@@ -288,7 +325,15 @@ def small(epochs: int) -> None:
     from etl import build_spark
 
     recorder = Recorder()
-    spark = build_spark(app_name="profile-small", conf={"spark.ui.enabled": "false"})
+    conf = {"spark.ui.enabled": "false"}
+    for item in filter(None, os.environ.get("PROFILE_SPARK_CONF", "").split(",")):
+        key, _, value = item.partition("=")
+        conf[key.strip()] = value.strip()
+    spark = build_spark(app_name="profile-small", conf=conf)
+    print(f"Spark conf overrides: {conf}")
+    names = [n for n in os.environ.get("PROFILE_VARIANTS", "").split(",") if n] or list(
+        bench.VARIANTS
+    )
     import tempfile
     from pathlib import Path
 
@@ -296,18 +341,26 @@ def small(epochs: int) -> None:
     if recorder.skipped:
         print(f"not instrumented (missing): {sorted(set(recorder.skipped))}")
     with tempfile.TemporaryDirectory(prefix="profile-small-") as tmp:
-        for name in bench.VARIANTS:
+        for name in names:
             variant = bench._Variant(name, Path(tmp) / name.strip("+"), spark)
             try:
                 variant.epoch()  # warm-up
                 variant.epoch()
                 recorder.reset()
                 jobs_before = {j[0] for j in spark_jobs(spark)}
+                last_stage = int(spark_stages(spark, 1 << 30)["max"])
+                codegen_before = _codegen(spark)
+                cpu_before = _cpu_seconds()
                 started = time.perf_counter()
                 for _ in range(epochs):
                     variant.epoch()
                 wall = time.perf_counter() - started
+                cpu = {k: v - cpu_before.get(k, 0.0) for k, v in _cpu_seconds().items()}
                 new_jobs = [j for j in spark_jobs(spark) if j[0] not in jobs_before]
+                stages = spark_stages(spark, last_stage)
+                codegen = _codegen(spark)
+                compiled = codegen[0] - codegen_before[0]
+                compile_ms = codegen[1] - codegen_before[1]
             finally:
                 variant.close()
             report(recorder, per=epochs, wall=wall, title=f"variant {name}")
@@ -315,6 +368,23 @@ def small(epochs: int) -> None:
                 f"  Spark jobs: {len(new_jobs) / epochs:.1f} per epoch, "
                 f"{sum(j[1] for j in new_jobs) / epochs * 1000:.0f} ms per epoch submission->"
                 f"completion, {sum(j[2] for j in new_jobs) / epochs:.1f} tasks per epoch"
+            )
+            print(
+                f"  Spark stages: {stages['stages'] / epochs:.1f} per epoch; tasks' run time "
+                f"{stages['run'] / epochs * 1000:.0f} ms, CPU {stages['cpu'] / epochs * 1000:.0f} ms,"
+                f" deserialize {stages['deserialize'] / epochs * 1000:.0f} ms per epoch"
+            )
+            print(
+                f"  codegen: {compiled / epochs:.1f} compilations per epoch, "
+                f"{compile_ms / epochs:.0f} ms per epoch"
+            )
+            print(
+                "  process CPU per epoch: "
+                + ", ".join(
+                    f"{k} {v / epochs * 1000:.0f} ms"
+                    for k, v in sorted(cpu.items(), key=lambda x: -x[1])
+                    if v > 0
+                )
             )
 
 
@@ -330,7 +400,7 @@ def freshness() -> None:
     freshness_bench.main()
     wall = time.perf_counter() - started
     cpu = {k: v - cpu_before.get(k, 0.0) for k, v in _cpu_seconds().items()}
-    report(recorder, per=1, wall=wall, title="freshness run (totals in ms, not per epoch)", top=45)
+    report(recorder, per=1, wall=wall, title="freshness run (totals in ms, not per epoch)", top=80)
     print(
         "  CPU seconds over the run: "
         + ", ".join(f"{k} {v:.0f}" for k, v in sorted(cpu.items(), key=lambda x: -x[1]))
