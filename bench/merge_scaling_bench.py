@@ -78,7 +78,7 @@ def _state_files(location: str) -> dict[str, tuple[int, int]]:
     }
 
 
-def _measure(spark, size: int, keys: int, epochs: int) -> dict[str, float]:
+def _measure(spark, size: int, keys: int, epochs: int, *, quiet: bool = False) -> dict[str, float]:
     import numpy as np
 
     from catalog import load_catalog
@@ -127,7 +127,7 @@ def _measure(spark, size: int, keys: int, epochs: int) -> dict[str, float]:
             build = epoch(0, np.arange(size))
             files = _state_files(location)
             print(
-                f"  {size:>11,} rows: built in {build:6.1f} s, {len(files)} file(s), "
+                f"{'(warm-up)' if quiet else '':9} {size:>11,} rows: built in {build:6.1f} s, {len(files)} file(s), "
                 f"{sum(b for b, _ in files.values()) / 1e6:.1f} MB",
                 flush=True,
             )
@@ -170,7 +170,7 @@ def main() -> None:
         f"{keys} updated keys per epoch, median of {epochs} epochs after a warm-up; "
         f"{load_average()}"
     )
-    _measure(spark, min(sizes), keys, 1)  # warm-up: JIT, Python workers, file caches
+    _measure(spark, min(sizes), keys, 1, quiet=True)  # warm-up: JIT, Python workers, file caches
     results = {size: _measure(spark, size, keys, epochs) for size in sizes}
     smallest = results[sizes[0]]
     print(
