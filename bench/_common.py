@@ -1,0 +1,124 @@
+"""Helpers shared by the benchmarks (not a benchmark: the leading underscore hides it).
+
+Only public APIs: the ``etl``/``catalog`` package exports, SQLAlchemy's event hooks and
+Spark's status tracker.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+def env_ints(name: str, default: Sequence[int]) -> tuple[int, ...]:
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return tuple(default)
+    return tuple(int(part.replace("_", "")) for part in value.split(",") if part.strip())
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} ({os.cpu_count()} cpus)"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+class LoadSampler:
+    """Samples the 1-minute load average every few seconds in a daemon thread."""
+
+    def __init__(self, every: float = 5.0) -> None:
+        self.samples: list[float] = []
+        self._every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(os.getloadavg()[0])
+            self._stop.wait(self._every)
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> str:
+        if not self.samples:
+            return "load average: no samples"
+        return (
+            f"1-min load average during the run: mean {statistics.fmean(self.samples):.2f}, "
+            f"max {max(self.samples):.2f} ({os.cpu_count()} cpus)"
+        )
+
+
+class StatementCounter:
+    """Counts SQL statements sent by every SQLAlchemy engine of the process (catalog round
+    trips), through SQLAlchemy's public event API."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def _on_execute(self, *args: object, **kwargs: object) -> None:
+        if getattr(self._local, "muted", False):
+            return
+        with self._lock:
+            self.count += 1
+
+    @contextmanager
+    def muted(self) -> Iterator[None]:
+        """Statements of the calling thread are not counted inside the block."""
+        self._local.muted = True
+        try:
+            yield
+        finally:
+            self._local.muted = False
+
+    def __enter__(self) -> StatementCounter:
+        from sqlalchemy import event
+        from sqlalchemy.engine import Engine
+
+        event.listen(Engine, "before_cursor_execute", self._on_execute)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from sqlalchemy import event
+        from sqlalchemy.engine import Engine
+
+        event.remove(Engine, "before_cursor_execute", self._on_execute)
+
+
+def spark_job_count(spark) -> int:
+    """How many Spark jobs the application has run so far (bounded by
+    spark.ui.retainedJobs, 1000 by default: take differences over short spans)."""
+    tracker = spark.sparkContext.statusTracker()
+    return len(tracker.getJobIdsForGroup(None))

@@ -1,0 +1,560 @@
+"""Freshness: how long after its barrier an epoch becomes readable at repeatable-read across
+a ten-table chain, run continuously with 1 s epochs under a light steady input.
+
+The chain (linear, so the last table depends on every other one):
+
+    events (FileSource, append) -> events_clean (append) -> customer_latest (merge)
+    -> customer_tiers (overwrite) -> tier_counts (overwrite) -> tier_log (append)
+    -> category_latest (merge) -> category_rank (overwrite) -> top_categories (append)
+    -> tier_summary (merge)
+
+A feeder thread drops small JSON files at a steady rate (written under a dot-name, then
+renamed). ``Runner.run_continuous`` runs in a thread. A probe thread, with a catalog of its
+own, resolves a repeatable-read snapshot of all the tables through the public reader every
+``DB_BENCH_PROBE_INTERVAL`` seconds and records when each epoch first became visible.
+After the warm-up, epochs whose barrier falls in the measured window count.
+
+Reported:
+
+- freshness = (first time the repeatable-read cut reached the epoch) - (its barrier_ts):
+  p50 / p95 / max. An epoch that was coalesced is never visible itself; its rows are once
+  a later epoch is, so it counts at that time (the figure over exactly-visible epochs only
+  is printed too);
+- the share of epochs coalesced, per table (catalog ``COALESCED`` states);
+- where an epoch's time goes, per job, from the catalog's own timestamps (the epoch's
+  barrier and creation, each table's PROCESSED and WRITTEN transitions) and the runner's
+  ``on_batch`` callback: waiting for upstream, waiting for the job's previous batch,
+  waiting for a slot of the runner (when start times can be observed), running up to the
+  Delta commit (read inputs + transform + write files + commit = PROCESSED), and sealing
+  (PROCESSED -> WRITTEN); plus the engine's own stage timings when ``BatchResult`` has a
+  ``timings`` mapping (stage -> seconds);
+- how long stopping took (the runner finishes every issued epoch first), and the load.
+
+Environment (defaults in brackets): DB_BENCH_SECONDS [120] measured window,
+DB_BENCH_WARMUP [20], DB_BENCH_EPOCH_INTERVAL [1.0], DB_BENCH_ROWS_PER_SECOND [1000],
+DB_BENCH_FILES_PER_SECOND [5], DB_BENCH_JOBS [10] tables in the chain (2..10),
+DB_BENCH_PARALLEL [runner default] ``max_parallel_jobs``, DB_BENCH_BACKLOG [runner
+default] ``backlog_threshold`` (0: none), DB_BENCH_PROBE_INTERVAL [0.1],
+DB_BENCH_SHUFFLE_PARTITIONS [engine default].
+
+Run: ``python -m bench freshness``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from bench._common import LoadSampler, env_float, env_int, load_average, median, percentile
+
+SOURCE_SCHEMA = "id BIGINT, customer INT, category STRING, amount DOUBLE"
+ROOT_TABLE = "events"
+
+# (output table, mode, keys, SQL over the previous table of the chain)
+CHAIN: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    (
+        "events_clean",
+        "append",
+        (),
+        "SELECT id, customer, category, amount, amount * 1.2 AS gross "
+        "FROM events WHERE amount >= 0",
+    ),
+    (
+        "customer_latest",
+        "merge",
+        ("customer",),
+        "SELECT customer, max(category) AS category, count(*) AS orders, sum(gross) AS gross "
+        "FROM events_clean GROUP BY customer",
+    ),
+    (
+        "customer_tiers",
+        "overwrite",
+        (),
+        "SELECT customer, category, gross, CASE WHEN gross > 300 THEN 'gold' "
+        "WHEN gross > 100 THEN 'silver' ELSE 'bronze' END AS tier FROM customer_latest",
+    ),
+    (
+        "tier_counts",
+        "overwrite",
+        (),
+        "SELECT category, tier, count(*) AS customers, sum(gross) AS gross "
+        "FROM customer_tiers GROUP BY category, tier",
+    ),
+    ("tier_log", "append", (), "SELECT category, tier, customers, gross FROM tier_counts"),
+    (
+        "category_latest",
+        "merge",
+        ("category", "tier"),
+        "SELECT category, tier, max(customers) AS customers, max(gross) AS gross "
+        "FROM tier_log GROUP BY category, tier",
+    ),
+    (
+        "category_rank",
+        "overwrite",
+        (),
+        "SELECT category, tier, customers, gross, "
+        "rank() OVER (PARTITION BY tier ORDER BY gross DESC) AS rnk FROM category_latest",
+    ),
+    (
+        "top_categories",
+        "append",
+        (),
+        "SELECT category, tier, customers FROM category_rank WHERE rnk <= 3",
+    ),
+    (
+        "tier_summary",
+        "merge",
+        ("tier",),
+        "SELECT tier, count(*) AS categories, sum(customers) AS customers "
+        "FROM top_categories GROUP BY tier",
+    ),
+)
+
+
+def build_pipeline(incoming: Path, tables: int):
+    """The chain's first ``tables`` tables; returns (pipeline, table names in chain order)."""
+    from etl import FileSource, Pipeline
+
+    pipeline = Pipeline("freshness")
+    pipeline.ingest(
+        "ingest_events",
+        source=FileSource("drops", path=incoming, format="json", schema=SOURCE_SCHEMA),
+        output=ROOT_TABLE,
+    )
+    names = [ROOT_TABLE]
+    for output, mode, keys, query in CHAIN[: tables - 1]:
+        pipeline.sql(
+            f"job_{output}", output=output, query=query, inputs=[names[-1]], mode=mode, keys=keys
+        )
+        names.append(output)
+    return pipeline, names
+
+
+class Feeder(threading.Thread):
+    """Drops JSON files at a steady rate: ``rows_per_second`` rows in ``files_per_second``
+    files, each written under a dot-name and renamed (in-flight files are not taken)."""
+
+    def __init__(self, incoming: Path, *, rows_per_second: int, files_per_second: float):
+        super().__init__(name="feeder", daemon=True)
+        self.incoming = incoming
+        self.rows_per_file = max(1, round(rows_per_second / files_per_second))
+        self.period = 1.0 / files_per_second
+        self.stop_event = threading.Event()
+        self.files = 0
+        self.rows = 0
+        self.late = 0
+        self._random = random.Random(14)
+
+    def _write(self, seq: int) -> None:
+        r = self._random
+        lines = []
+        for i in range(self.rows_per_file):
+            customer = r.randrange(1000)
+            amount = round(r.uniform(-5.0, 100.0), 2)
+            lines.append(
+                json.dumps(
+                    {
+                        "id": seq * self.rows_per_file + i,
+                        "customer": customer,
+                        "category": f"c{customer % 16}",
+                        "amount": amount,
+                    }
+                )
+            )
+        hidden = self.incoming / f".drop-{seq:08d}.json"
+        hidden.write_text("\n".join(lines) + "\n")
+        os.replace(hidden, self.incoming / f"drop-{seq:08d}.json")
+        self.files += 1
+        self.rows += self.rows_per_file
+
+    def run(self) -> None:
+        next_at = time.monotonic()
+        seq = 0
+        while not self.stop_event.is_set():
+            self._write(seq)
+            seq += 1
+            next_at += self.period
+            delay = next_at - time.monotonic()
+            if delay < 0:
+                self.late += 1
+                next_at = time.monotonic()
+            elif self.stop_event.wait(delay):
+                break
+
+
+class Probe(threading.Thread):
+    """Resolves repeatable-read snapshots of ``tables`` in a loop with its own catalog and
+    records when each epoch first became visible (wall-clock seconds)."""
+
+    def __init__(self, warehouse: Path, tables: list[str], *, interval: float):
+        super().__init__(name="probe", daemon=True)
+        self.warehouse = warehouse
+        self.tables = tables
+        self.interval = interval
+        self.stop_event = threading.Event()
+        self.exact: dict[int, float] = {}
+        """epoch -> when the cut was first exactly at it."""
+        self.reached: dict[int, float] = {}
+        """epoch -> when the cut was first at it or past it (its rows are visible)."""
+        self.resolutions: list[float] = []
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        from catalog import load_catalog
+        from etl import snapshot
+
+        catalog = load_catalog(None, warehouse=self.warehouse)
+        newest = 0
+        try:
+            while not self.stop_event.is_set():
+                started = time.perf_counter()
+                try:
+                    epoch = snapshot(catalog, self.tables, "repeatable-read").epoch
+                except Exception as exc:  # noqa: BLE001 - e.g. before the first seal
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                    epoch = None
+                now = time.time()
+                self.resolutions.append(time.perf_counter() - started)
+                if epoch is not None and epoch > newest:
+                    self.exact.setdefault(epoch, now)
+                    for e in range(newest + 1, epoch + 1):
+                        self.reached.setdefault(e, now)
+                    newest = epoch
+                self.stop_event.wait(self.interval)
+        finally:
+            catalog.close()
+
+
+@dataclass
+class BatchRecord:
+    job: str
+    first_epoch: int
+    epoch: int
+    ended: float
+    started: float | None
+    timings: Mapping[str, float] | None
+
+
+class BatchLog:
+    """The runner's ``on_batch`` callback, plus batch start times when observable."""
+
+    def __init__(self) -> None:
+        self.records: list[BatchRecord] = []
+        self._starts: dict[tuple[str, int], float] = {}
+        self._lock = threading.Lock()
+        self.start_times = False
+
+    def on_batch(self, result) -> None:
+        now = time.time()
+        timings = getattr(result, "timings", None)
+        if not isinstance(timings, Mapping):
+            timings = None
+        with self._lock:
+            started = self._starts.pop((result.job, result.epoch), None)
+            self.records.append(
+                BatchRecord(
+                    job=result.job,
+                    first_epoch=result.first_epoch,
+                    epoch=result.epoch,
+                    ended=now,
+                    started=started,
+                    timings=dict(timings) if timings is not None else None,
+                )
+            )
+
+    def observe_starts(self, runner) -> None:
+        """Record when each batch starts by wrapping the runner's engine ``run_batch``, if
+        the runner has one (no public hook exists yet); harmless when it does not."""
+        engine = getattr(runner, "engine", None)
+        run_batch = getattr(engine, "run_batch", None)
+        if not callable(run_batch):
+            return
+
+        def timed(job, batch, *args, **kwargs):
+            with self._lock:
+                self._starts[(getattr(job, "name", str(job)), batch.last)] = time.time()
+            return run_batch(job, batch, *args, **kwargs)
+
+        engine.run_batch = timed
+        self.start_times = True
+
+
+def _ts(value: datetime) -> float:
+    return value.timestamp()
+
+
+def _stats(values: list[float]) -> str:
+    if not values:
+        return "no values"
+    return (
+        f"p50 {percentile(values, 50):6.2f} s  p95 {percentile(values, 95):6.2f} s  "
+        f"max {max(values):6.2f} s  (n={len(values)})"
+    )
+
+
+def _report(
+    *,
+    catalog,
+    pipeline,
+    tables: list[str],
+    probe: Probe,
+    batches: BatchLog,
+    window: tuple[float, float],
+) -> None:
+    from catalog import EpochState
+
+    epochs = [e for e in catalog.epochs() if window[0] <= _ts(e.barrier_ts) <= window[1]]
+    if not epochs:
+        print("no epoch issued in the measured window")
+        return
+    barrier = {e.id: _ts(e.barrier_ts) for e in catalog.epochs()}
+    created = {e.id: _ts(e.created_at) for e in catalog.epochs()}
+    ids = [e.id for e in epochs]
+    first, last = ids[0], ids[-1]
+    print(f"measured epochs {first}..{last} ({len(ids)} epochs)")
+
+    # -- freshness at repeatable-read ---------------------------------------------------
+    reached = [probe.reached[e] - barrier[e] for e in ids if e in probe.reached]
+    exact = [probe.exact[e] - barrier[e] for e in ids if e in probe.exact]
+    unseen = [e for e in ids if e not in probe.reached]
+    print(f"freshness of the last table ({tables[-1]}) at repeatable-read across {len(tables)}:")
+    print(f"  rows visible  : {_stats(reached)}")
+    print(f"  epoch visible : {_stats(exact)}  (epochs readable as themselves)")
+    if unseen:
+        print(f"  never visible before the probe stopped: {len(unseen)} epochs")
+    if probe.resolutions:
+        print(
+            f"  probe: {len(probe.resolutions)} snapshots, median resolve "
+            f"{median(probe.resolutions) * 1000:.1f} ms, errors {len(probe.errors)}"
+            + (f" (first: {probe.errors[0][:120]})" if probe.errors else "")
+        )
+
+    # -- coalescing ---------------------------------------------------------------------
+    print("epochs coalesced (share of measured epochs):")
+    coalesced_share = {}
+    for table in tables:
+        states = catalog.table_epochs(table, after=first - 1, up_to=last)
+        coalesced = sum(1 for s in states if s.state is EpochState.COALESCED)
+        coalesced_share[table] = coalesced / len(ids)
+    print("  " + "  ".join(f"{t} {share:4.0%}" for t, share in coalesced_share.items()))
+
+    # -- per-job stage breakdown from the catalog ----------------------------------------
+    processed: dict[tuple[str, int], float] = {}
+    written: dict[tuple[str, int], float] = {}
+    for table in tables:
+        for entry in catalog.state_history(table, epoch=None):
+            if entry.updated_at is None or not (first - 20 <= entry.epoch <= last + 20):
+                continue
+            key = (table, entry.epoch)
+            if entry.state is EpochState.PROCESSED:
+                processed[key] = max(processed.get(key, 0.0), _ts(entry.updated_at))
+            elif entry.state is EpochState.WRITTEN:
+                written.setdefault(key, _ts(entry.updated_at))
+    jobs = pipeline.ordered_jobs()
+    by_job: dict[str, list[BatchRecord]] = defaultdict(list)
+    for record in sorted(batches.records, key=lambda r: r.epoch):
+        by_job[record.job].append(record)
+    columns = ("upstream", "own prev", "slot", "to commit", "seal", "batch", "epochs/batch")
+    print(
+        "where an epoch's time goes, per job (median seconds over measured batches):\n"
+        "  upstream  = inputs WRITTEN - barrier (root: epoch created - barrier)\n"
+        "  own prev  = the job still busy with its previous batch after its inputs were ready\n"
+        "  slot      = batch start - max(inputs ready, previous batch done): runner scheduling"
+        " and the pool of max_parallel_jobs"
+        + ("" if batches.start_times else " (start times not observable: folded into 'to commit')")
+        + "\n"
+        "  to commit = start -> PROCESSED: read inputs, transform, write files, Delta commit\n"
+        "  seal      = PROCESSED -> WRITTEN: catalog records, schema, seal transaction"
+    )
+    print(f"  {'job':24} " + " ".join(f"{c:>9}" for c in columns))
+    totals: dict[str, list[float]] = defaultdict(list)
+    for job in jobs:
+        table = job.output
+        inputs = [i.table for i in job.inputs]
+        rows: dict[str, list[float]] = defaultdict(list)
+        previous_done: float | None = None
+        for record in by_job.get(job.name, []):
+            done = written.get((table, record.epoch))
+            if done is None:
+                continue
+            measured = first <= record.epoch <= last
+            if inputs:
+                ready_times = [written.get((t, record.epoch)) for t in inputs]
+                if any(t is None for t in ready_times):
+                    previous_done = done
+                    continue
+                ready = max(t for t in ready_times if t is not None)
+            else:
+                ready = created.get(record.epoch, barrier[record.epoch])
+            eligible = max(ready, previous_done or ready)
+            start = record.started if record.started is not None else eligible
+            committed = processed.get((table, record.epoch), done)
+            if measured:
+                rows["upstream"].append(ready - barrier[record.epoch])
+                rows["own prev"].append(eligible - ready)
+                rows["slot"].append(max(0.0, start - eligible))
+                rows["to commit"].append(committed - start)
+                rows["seal"].append(done - committed)
+                rows["batch"].append(done - start)
+                rows["epochs/batch"].append(record.epoch - record.first_epoch + 1)
+                if record.timings:
+                    for stage, seconds in record.timings.items():
+                        totals[f"{job.name}\0{stage}"].append(float(seconds))
+            previous_done = done
+        print(
+            f"  {job.name:24} "
+            + " ".join(f"{median(rows[c]):9.2f}" if rows[c] else f"{'-':>9}" for c in columns)
+        )
+    last_job = jobs[-1]
+    spans = [
+        written[(last_job.output, e)] - barrier[e] for e in ids if (last_job.output, e) in written
+    ]
+    probe_lag = [
+        probe.exact[e] - written[(last_job.output, e)]
+        for e in ids
+        if e in probe.exact and (last_job.output, e) in written
+    ]
+    print(f"  barrier -> last table WRITTEN: {_stats(spans)}")
+    print(f"  last table WRITTEN -> probe saw the cut: median {median(probe_lag):.2f} s")
+
+    # -- engine-reported stage timings (BatchResult.timings), when present ----------------
+    if totals:
+        stages = sorted({key.split("\0")[1] for key in totals})
+        print("engine-reported stage timings (BatchResult.timings; median seconds per batch):")
+        print(f"  {'job':24} " + " ".join(f"{s[:12]:>12}" for s in stages))
+        for job in jobs:
+            cells = []
+            for stage in stages:
+                values = totals.get(f"{job.name}\0{stage}")
+                cells.append(f"{median(values):12.3f}" if values else f"{'-':>12}")
+            print(f"  {job.name:24} " + " ".join(cells))
+        means = {
+            stage: statistics.fmean(
+                [v for key, vs in totals.items() if key.endswith("\0" + stage) for v in vs]
+            )
+            for stage in stages
+        }
+        total = sum(means.values()) or 1.0
+        print(
+            "  share of batch time: "
+            + ", ".join(
+                f"{s} {m / total:.0%}" for s, m in sorted(means.items(), key=lambda x: -x[1])
+            )
+        )
+    else:
+        print("engine-reported stage timings: none (BatchResult has no 'timings' mapping yet)")
+
+
+def main() -> None:
+    from catalog import load_catalog
+    from etl import Runner, build_spark
+
+    seconds = env_float("DB_BENCH_SECONDS", 120.0)
+    warmup = env_float("DB_BENCH_WARMUP", 20.0)
+    interval = env_float("DB_BENCH_EPOCH_INTERVAL", 1.0)
+    rows_per_second = env_int("DB_BENCH_ROWS_PER_SECOND", 1000)
+    files_per_second = env_float("DB_BENCH_FILES_PER_SECOND", 5.0)
+    tables = max(2, min(len(CHAIN) + 1, env_int("DB_BENCH_JOBS", len(CHAIN) + 1)))
+    probe_interval = env_float("DB_BENCH_PROBE_INTERVAL", 0.1)
+    runner_options: dict[str, object] = {}
+    if os.environ.get("DB_BENCH_PARALLEL"):
+        runner_options["max_parallel_jobs"] = env_int("DB_BENCH_PARALLEL", 4)
+    if os.environ.get("DB_BENCH_BACKLOG"):
+        backlog = env_int("DB_BENCH_BACKLOG", 10)
+        runner_options["backlog_threshold"] = backlog or None
+    conf = {"spark.ui.enabled": "false"}
+    if os.environ.get("DB_BENCH_SHUFFLE_PARTITIONS"):
+        conf["spark.sql.shuffle.partitions"] = os.environ["DB_BENCH_SHUFFLE_PARTITIONS"]
+
+    spark = build_spark(app_name="bench-freshness", conf=conf)
+    for key, value in conf.items():
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, value)  # also when the session already existed
+    print(
+        f"{tables} tables, {interval:g} s epochs, {rows_per_second} rows/s in "
+        f"{files_per_second:g} files/s, warm-up {warmup:g} s, measured {seconds:g} s, "
+        f"runner options {runner_options or 'default'}; {load_average()}"
+    )
+    with tempfile.TemporaryDirectory(prefix="freshness-") as tmp:
+        root = Path(tmp)
+        incoming = root / "incoming"
+        incoming.mkdir()
+        warehouse = root / "warehouse"
+        pipeline, names = build_pipeline(incoming, tables)
+        catalog = load_catalog(None, warehouse=warehouse)
+        batches = BatchLog()
+        runner = Runner(
+            pipeline,
+            catalog=catalog,
+            warehouse=str(warehouse),
+            spark=spark,
+            on_batch=batches.on_batch,
+            **runner_options,  # type: ignore[arg-type]
+        )
+        runner.register()
+        batches.observe_starts(runner)
+        stop = threading.Event()
+        outcome: dict[str, object] = {}
+
+        def drive() -> None:
+            try:
+                outcome["result"] = runner.run_continuous(epoch_interval=interval, stop=stop)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                outcome["error"] = exc
+
+        feeder = Feeder(
+            incoming, rows_per_second=rows_per_second, files_per_second=files_per_second
+        )
+        probe = Probe(warehouse, names, interval=probe_interval)
+        driver = threading.Thread(target=drive, name="runner", daemon=True)
+        with LoadSampler() as load:
+            feeder.start()
+            driver.start()
+            probe.start()
+            time.sleep(warmup)
+            window_start = time.time()
+            time.sleep(seconds)
+            window_end = time.time()
+            stop.set()
+            feeder.stop_event.set()
+            driver.join()
+            drained = time.time() - window_end
+            time.sleep(max(0.5, 3 * probe_interval))
+            probe.stop_event.set()
+            probe.join()
+            feeder.join()
+        if "error" in outcome:
+            raise RuntimeError("the runner failed") from outcome["error"]
+        result = outcome["result"]
+        failures = getattr(result, "failures", ())
+        if failures:
+            raise RuntimeError(f"jobs failed: {failures}")
+        print(
+            f"fed {feeder.rows} rows in {feeder.files} files ({feeder.late} late ticks); "
+            f"{len(batches.records)} batches; stopping took {drained:.1f} s "
+            "(the runner finishes the issued epochs)"
+        )
+        _report(
+            catalog=catalog,
+            pipeline=pipeline,
+            tables=names,
+            probe=probe,
+            batches=batches,
+            window=(window_start, window_end),
+        )
+        print(load.summary() + f"; now {load_average()}")
+        catalog.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Each benchmark runs at a tiny size so that it cannot rot. No timing is asserted: only
+that it runs to its end and prints its figures."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+TINY = {
+    "small_epoch": {"DB_BENCH_EPOCHS": "1"},
+    "freshness": {
+        "DB_BENCH_SECONDS": "4",
+        "DB_BENCH_WARMUP": "4",
+        "DB_BENCH_JOBS": "4",
+        "DB_BENCH_ROWS_PER_SECOND": "50",
+        "DB_BENCH_FILES_PER_SECOND": "2",
+        "DB_BENCH_PROBE_INTERVAL": "0.2",
+    },
+    "merge_scaling": {
+        "DB_BENCH_MERGE_SIZES": "2000,5000",
+        "DB_BENCH_MERGE_KEYS": "50",
+        "DB_BENCH_MERGE_EPOCHS": "1",
+    },
+}
+
+EXPECTED = {
+    "small_epoch": "one tiny epoch through one job:",
+    "freshness": "freshness of the last table",
+    "merge_scaling": "merge job 5,000 / 2,000 rows:",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_benchmark_runs_at_a_tiny_size(name, spark, monkeypatch, capsys):
+    for key, value in TINY[name].items():
+        monkeypatch.setenv(key, value)
+    module = importlib.import_module(f"bench.{name}_bench")
+    module.main()
+    out = capsys.readouterr().out
+    assert EXPECTED[name] in out, out
+    assert "Traceback" not in out
