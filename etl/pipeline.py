@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Literal, get_args
 
 from catalog import JobSpec, TableSpec, WriteMode, validate_name
@@ -46,8 +47,15 @@ class EpochContext:
     first_epoch: int
     barrier_ts: datetime
     inputs: Mapping[str, DataFrame]
-    previous: DataFrame | None
-    """The job's own output as of its last sealed epoch (None before its first epoch)."""
+    read_previous: Callable[[], DataFrame | None] = field(
+        default=lambda: None, repr=False, compare=False
+    )
+
+    @cached_property
+    def previous(self) -> DataFrame | None:
+        """The job's own output as of its last sealed epoch (None before its first epoch);
+        read only if the transform asks for it."""
+        return self.read_previous()
 
     def __getitem__(self, name: str) -> DataFrame:
         try:

@@ -42,10 +42,20 @@ SUPPORTED_READER_FEATURES = frozenset({"timestampNtz", "vacuumProtocolCheck"})
 _MAX_READER_VERSION = 3
 
 
-def open_table(location: str, *, version: int | None = None, operation: str = "read") -> DeltaTable:
-    """Load the table at ``version`` (latest when None); errors become DeltaIOError."""
+def open_table(
+    location: str,
+    *,
+    version: int | None = None,
+    operation: str = "read",
+    without_files: bool = False,
+) -> DeltaTable:
+    """Load the table at ``version`` (latest when None); errors become DeltaIOError.
+
+    ``without_files`` skips tracking the active files: enough for the version, the
+    history and the app transactions, and cheaper on a table with many files.
+    """
     try:
-        return DeltaTable(location, version=version)
+        return DeltaTable(location, version=version, without_files=without_files)
     except TableNotFoundError as exc:
         raise DeltaIOError(
             table=location, operation=operation, reason=f"no Delta table there ({exc})"
@@ -74,7 +84,7 @@ def table_version(location: str) -> int | None:
     location = normalize_location(location)
     if not DeltaTable.is_deltatable(location):
         return None
-    return open_table(location).version()
+    return open_table(location, without_files=True).version()
 
 
 @dataclass(frozen=True)
@@ -128,7 +138,7 @@ def log_commits(location: str, *, after_version: int | None = None) -> list[LogC
     location = normalize_location(location)
     if not DeltaTable.is_deltatable(location):
         return []
-    table = open_table(location, operation="log_commits")
+    table = open_table(location, operation="log_commits", without_files=True)
     # Only the commits after ``after_version`` are read: the newest ones, by count.
     limit = None if after_version is None else table.version() - after_version
     if limit is not None and limit <= 0:

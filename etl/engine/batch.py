@@ -18,6 +18,7 @@ crash is :mod:`etl.engine.recovery`.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -48,6 +49,14 @@ from etl.pipeline import EpochContext, Job, Pipeline
 from etl.sources.base import SliceRequest
 
 log = logging.getLogger(__name__)
+
+
+def _names(sql: str, table: str) -> bool:
+    """Whether ``sql`` mentions ``table`` as a word (case-insensitive, as Spark resolves it)."""
+    return (
+        re.search(rf"(?<![\w`]){re.escape(table)}(?![\w`])|`{re.escape(table)}`", sql, re.I)
+        is not None
+    )
 
 
 class BatchOutcome(StrEnum):
@@ -315,7 +324,7 @@ class EpochEngine:
         if sealed is None or sealed.delta_version is None:
             return None
         location = self.catalog.get_table(job.output).location
-        return read_table(session, location, version=sealed.delta_version)
+        return read_table(session, location, version=sealed.delta_version).drop(EPOCH_COLUMN)
 
     def _transform(
         self,
@@ -325,7 +334,6 @@ class EpochEngine:
         barrier_ts,
         inputs: Mapping[str, DataFrame],
     ) -> DataFrame:
-        previous = self._previous(job, session)
         if job.transform is None:
             (result,) = inputs.values()
         else:
@@ -336,13 +344,15 @@ class EpochEngine:
                 first_epoch=batch.first,
                 barrier_ts=barrier_ts,
                 inputs=dict(inputs),
-                previous=previous.drop(EPOCH_COLUMN) if previous is not None else None,
+                read_previous=lambda: self._previous(job, session),
             )
             try:
                 if isinstance(job.transform, str):
                     for name, frame in ctx.inputs.items():
                         frame.createOrReplaceTempView(name)
-                    if ctx.previous is not None:
+                    # Reading the previous output costs a table open and a file listing:
+                    # only for a query that names the output.
+                    if _names(job.transform, job.output) and ctx.previous is not None:
                         ctx.previous.createOrReplaceTempView(job.output)
                     result = session.sql(job.transform)
                 else:
