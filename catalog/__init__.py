@@ -69,8 +69,10 @@ from catalog.models import (
 )
 from catalog.sql import SqlCatalog
 from catalog.states import LEGAL_TRANSITIONS, check_transition
+from catalog.timestamps import as_utc
 
 __all__ = [
+    "as_utc",
     "FAILURE_MESSAGE_MAX_CHARS",
     "LEGAL_TRANSITIONS",
     "PIPELINE_DEFAULT",

@@ -37,7 +37,7 @@ def validate_name(name: str, *, kind: str = "table") -> str:
 
 
 class EpochState(StrEnum):
-    """State of one epoch in one table (PRODUCT.md, "An epoch's life in one table")."""
+    """State of one epoch in one table (docs/design.md, "An epoch's life in one table")."""
 
     PROCESSED = "PROCESSED"
     """Rows of the epoch are committed in Delta but the epoch is not sealed."""

@@ -89,6 +89,7 @@ from catalog.models import (
     validate_name,
 )
 from catalog.states import check_transition
+from catalog.timestamps import as_utc
 
 Backend = Literal["sqlite", "postgresql"]
 LatestQuery = Literal["written", "written_at_or_before", "processed", "validation"]
@@ -105,13 +106,6 @@ _PG_LOCK_CLASS = 0x44425231
 _SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 _PG_CONNECT_TIMEOUT_SECONDS = 10
 _NAME_LENGTH = 128
-
-
-def as_utc(ts: datetime) -> datetime:
-    """``ts`` as an aware UTC datetime; a naive datetime is taken to be UTC already."""
-    if ts.tzinfo is None:
-        return ts.replace(tzinfo=UTC)
-    return ts.astimezone(UTC)
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):

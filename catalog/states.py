@@ -1,6 +1,6 @@
 """The epoch state machine of one table: the one definition of the legal transitions.
 
-PRODUCT.md, "An epoch's life in one table". Transitions, current -> requested:
+docs/design.md, "An epoch's life in one table". Transitions, current -> requested:
 
 ==============  ===================================================================
 current         may become

@@ -10,10 +10,10 @@ from typing import Annotated, Literal
 
 import typer
 
+from catalog import as_utc
 from etl.cli.app import CatalogUrl, Warehouse, app, guard, open_catalog
 from etl.cli.render import err, print_rows
 from etl.errors import UsageError
-from etl.timestamps import as_utc
 
 
 @app.command()

@@ -99,7 +99,7 @@ def _timestamp_text(micros: int, *, utc: bool) -> str:
     return text + "Z" if utc else text
 
 
-def _string_upper_bound(value: str) -> str | None:
+def string_upper_bound(value: str) -> str | None:
     """A string >= every string starting with ``value``'s prefix; None if there is none.
 
     Delta compares strings by UTF-8 bytes, i.e. by code point: bumping the last code point
@@ -162,7 +162,7 @@ def _column_bounds(
         return low.isoformat(), high.isoformat()
     if isinstance(low, str):
         return low[:_STRING_STATS_PREFIX], (
-            _string_upper_bound(high) if len(high) > _STRING_STATS_PREFIX else high
+            string_upper_bound(high) if len(high) > _STRING_STATS_PREFIX else high
         )
     return low, high
 
@@ -678,6 +678,7 @@ __all__ = [
     "claim_table",
     "commit_files",
     "remove_staging",
+    "string_upper_bound",
     "restore_table",
     "write_files",
 ]

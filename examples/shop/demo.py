@@ -41,7 +41,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from catalog import Catalog, load_catalog
+from catalog import Catalog, as_utc, load_catalog
 from consistency import Level, NoCommonEpochError
 from etl.cli.render import status_table
 from etl.loader import load_pipeline
@@ -49,7 +49,6 @@ from etl.reader import SnapshotReader, snapshot
 from etl.report import lineage_graph, lineage_text, status_rows
 from etl.runner import Runner, RunResult
 from etl.spark import build_spark
-from etl.timestamps import as_utc
 from tests.support.tansu import TansuBroker
 
 PIPELINE_FILE = Path(__file__).resolve().with_name("pipeline.py")

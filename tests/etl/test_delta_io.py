@@ -44,7 +44,7 @@ from etl.delta import (
     write_files,
 )
 from etl.delta.layout import spark_file_path
-from etl.delta.write import _string_upper_bound
+from etl.delta.write import string_upper_bound
 from etl.errors import (
     CommitConflictError,
     DeltaIOError,
@@ -182,11 +182,11 @@ def test_file_statistics_follow_the_delta_protocol(spark, tmp_path):
     assert actions[0]["num_records"] == 3
 
 
-def test_string_upper_bound_is_above_every_string_with_the_prefix():
-    assert _string_upper_bound("a" * 40) == "a" * 31 + "b"
-    assert _string_upper_bound("a" * 31 + "\U0010ffff" + "x") == "a" * 30 + "b"
-    assert _string_upper_bound("a" * 31 + "\ud7ff" + "x") == "a" * 31 + "\ue000"
-    assert _string_upper_bound("\U0010ffff" * 40) is None
+def teststring_upper_bound_is_above_every_string_with_the_prefix():
+    assert string_upper_bound("a" * 40) == "a" * 31 + "b"
+    assert string_upper_bound("a" * 31 + "\U0010ffff" + "x") == "a" * 30 + "b"
+    assert string_upper_bound("a" * 31 + "\ud7ff" + "x") == "a" * 31 + "\ue000"
+    assert string_upper_bound("\U0010ffff" * 40) is None
 
 
 def test_a_claimed_table_refuses_every_older_generation(spark, tmp_path):

@@ -92,12 +92,15 @@ def world(request, tmp_path: Path) -> Iterator[World]:
 
 
 class Slices:
-    """Cuts consecutive slices the way the engine does: each request carries the previous bounds."""
+    """Cuts consecutive slices the way the engine does: each request carries the previous
+    bounds, and the slices recorded so far (bounds of the slices after an epoch)."""
 
     def __init__(self, source: Source):
         self.source = source
         self.previous: Mapping[str, object] | None = None
         self.epoch = 0
+        self.recorded: list[Mapping[str, object]] = []
+        self.history = lambda after: self.recorded[after:]
 
     def cut(self) -> Mapping[str, object]:
         time.sleep(0.01)  # a barrier strictly after every record added so far
@@ -108,11 +111,13 @@ class Slices:
                 first_epoch=self.epoch,
                 barrier_ts=datetime.now(UTC),
                 previous_bounds=self.previous,
+                recorded=self.history,
             )
         )
         # Recorded in the catalog as JSON: what a replay gets back.
         bounds = json.loads(json.dumps(bounds))
         self.previous = bounds
+        self.recorded.append(bounds)
         return bounds
 
 

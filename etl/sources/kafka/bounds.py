@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
 
+from catalog import as_utc
 from etl.errors import SourceError
-from etl.timestamps import as_utc
 
 BarrierKind = Literal["system_time", "event_time"]
 BOUNDS_FORMAT = "kafka/1"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from catalog import validate_name
+from catalog import as_utc, validate_name
 from etl.delta.log import EPOCH_COLUMN
 from etl.errors import SourceError
 from etl.sources.base import SliceData, SliceRequest, Source
@@ -27,7 +27,6 @@ from etl.sources.kafka.decode import (
 )
 from etl.sources.kafka.errors import KafkaDataLossError, KafkaReadError, KafkaTopicError
 from etl.sources.kafka.task import POLL_MS, TaskPlan
-from etl.timestamps import as_utc
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, TopicPartition

@@ -1,5 +1,5 @@
-"""Every instant Delta Barrier handles is UTC: barrier timestamps, Kafka record times, and the
-Spark session time zone (see :mod:`etl.spark`)."""
+"""Every instant Delta Barrier handles is UTC: catalog timestamps, barrier timestamps, Kafka
+record times, and the Spark session time zone (``etl.spark``)."""
 
 from __future__ import annotations
 
