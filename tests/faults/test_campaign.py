@@ -46,7 +46,9 @@ def outcomes(request):
         reporter.write_line(line)
         for outcome in collected:
             if outcome.failures:
-                reporter.write_line(outcome.report())
+                reporter.write_line(
+                    f"  FAILED {outcome.scenario.describe()}: {outcome.failures[0][:300]}"
+                )
         reporter.write_line(f"fault campaign report: {path}")
 
 
