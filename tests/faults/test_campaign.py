@@ -21,9 +21,11 @@ from tests.support.faults import pipelines as P
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.spark, pytest.mark.recovery]
 
-CI_SEEDS = [0, 1, 4, 5]
-"""files crash, kafka crash, files zombie, kafka zombie (see campaign.generate); with the
-pipelines' own gates, rejects, micro-batches and the open-ahead backlog."""
+CI_SEEDS = [4, 7, 8]
+"""files zombie (open-ahead backlog, late zombie), kafka job failure while epochs keep
+opening (rejects, block gate), files crash (see campaign.generate); with the pipelines' own
+quarantine gate and micro-batches. Sized for ~4 minutes of the faults marker on the shared
+2-core machine; `make faults SEEDS=N` runs more."""
 SEEDS = C.seeds_from_env(CI_SEEDS)
 REPORT_ENV = "DELTA_BARRIER_FAULT_REPORT"
 

@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from catalog import EpochState, load_catalog
+from catalog import CatalogUnavailableError, EpochState, load_catalog
 from consistency import NoCommonEpochError
 from etl import snapshot
 from etl.delta import read_arrow, table_version
@@ -502,7 +502,13 @@ class Driver:
             time.sleep(TAKEOVER_WAIT)  # its lease expires
             if scenario.open_ahead:
                 self.open(P.EPOCHS)
-            self.run("takeover run")
+            try:
+                self.run("takeover run")
+            except CatalogUnavailableError as exc:
+                raise ScenarioError(
+                    f"the takeover failed while the old runner was paused at {fault.spec}: "
+                    f"the stopped process holds the catalog ({exc})"
+                ) from exc
             if scenario.late_zombie:
                 for epoch in range(self.opened + 1, P.EPOCHS + 1):
                     self.open(epoch)
