@@ -38,7 +38,8 @@ def outcomes(request):
         return
     line = C.summary(collected)
     path = Path(
-        os.environ.get(REPORT_ENV) or Path(str(request.config.rootpath)) / ".pytest_cache" / "fault-campaign.json"
+        os.environ.get(REPORT_ENV)
+        or Path(str(request.config.rootpath)) / ".pytest_cache" / "fault-campaign.json"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(C.to_json(collected))
@@ -62,7 +63,11 @@ def references(spark, tmp_path_factory, request):
         if kind not in cache:
             broker, producer = _kafka(request) if kind == "kafka" else (None, None)
             driver = C.Driver(
-                spark, tmp_path_factory.mktemp(f"reference-{kind}"), kind, broker=broker, producer=producer
+                spark,
+                tmp_path_factory.mktemp(f"reference-{kind}"),
+                kind,
+                broker=broker,
+                producer=producer,
             )
             cache[kind] = driver.reference()
             cache[kind].invariants = C.invariant_failures(driver.catalog, kind)  # type: ignore[attr-defined]
@@ -83,7 +88,9 @@ def test_the_reference_run_accounts_for_every_input(kind, references):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_fault_scenario_matches_the_run_without_faults(seed, spark, references, outcomes, tmp_path, request):
+def test_fault_scenario_matches_the_run_without_faults(
+    seed, spark, references, outcomes, tmp_path, request
+):
     scenario = C.generate(seed)
     reference = references(scenario.kind)
     broker, producer = _kafka(request) if scenario.kind == "kafka" else (None, None)

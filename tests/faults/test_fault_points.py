@@ -18,7 +18,7 @@ pytestmark = pytest.mark.faults
 
 
 def test_fault_points_are_the_literal():
-    assert FAULT_POINTS == get_args(FaultPoint)
+    assert get_args(FaultPoint) == FAULT_POINTS
     assert len(set(FAULT_POINTS)) == len(FAULT_POINTS) >= 5
 
 

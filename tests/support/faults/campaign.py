@@ -268,7 +268,9 @@ class ReaderThread(threading.Thread):
             self._violation(f"{level}: resolving a snapshot raised {type(exc).__name__}: {exc}")
             return
         for table in tables:
-            epoch = reader.epoch if level == "repeatable-read" else reader.snapshot.epochs.get(table)
+            epoch = (
+                reader.epoch if level == "repeatable-read" else reader.snapshot.epochs.get(table)
+            )
             if reader.versions.get(table) is None:
                 # Sealed with no commit yet (or never sealed): empty. A table without a
                 # first commit has no schema to read it with, so it is not read.
@@ -416,9 +418,7 @@ class Driver:
         if proc.returncode == 0:
             self.log.append(f"child never reached {fault.spec}")
             return False
-        raise ScenarioError(
-            f"child run with {fault.spec} exited {proc.returncode}: {err[-1500:]}"
-        )
+        raise ScenarioError(f"child run with {fault.spec} exited {proc.returncode}: {err[-1500:]}")
 
     def fingerprint(self) -> dict:
         """What a zombie must not change: each table's latest Delta version, and the
@@ -428,7 +428,10 @@ class Driver:
             location = self.catalog.get_table(table).location
             out[table] = (
                 table_version(location),
-                [(s.epoch, s.state.value, s.delta_version) for s in self.catalog.table_epochs(table)],
+                [
+                    (s.epoch, s.state.value, s.delta_version)
+                    for s in self.catalog.table_epochs(table)
+                ],
                 len(self.catalog.state_history(table)),
                 [(v.epoch, v.success) for v in self.catalog.validations(table)],
             )
@@ -598,7 +601,11 @@ class Driver:
             ]
             if bad:
                 outcome.failures.append(f"{table} left epochs unsealed: {bad}")
-            done = {s.epoch for s in states[table] if s.state in (EpochState.WRITTEN, EpochState.COALESCED)}
+            done = {
+                s.epoch
+                for s in states[table]
+                if s.state in (EpochState.WRITTEN, EpochState.COALESCED)
+            }
             first = self.catalog.get_table(table).first_epoch
             missing = [e for e in range(first, issued + 1) if e not in done]
             if missing:
@@ -649,12 +656,12 @@ def invariant_failures(catalog, kind: str) -> list[str]:
 
 def diff_ids(actual: list, expected: list) -> str:
     a, e = Counter(actual), Counter(expected)
-    return (
-        f"unexpected {sorted((a - e).elements())[:5]}, missing {sorted((e - a).elements())[:5]}"
-    )
+    return f"unexpected {sorted((a - e).elements())[:5]}, missing {sorted((e - a).elements())[:5]}"
 
 
-def play(spark, root: Path, scenario: Scenario, reference: Reference, *, broker=None, producer=None) -> Outcome:
+def play(
+    spark, root: Path, scenario: Scenario, reference: Reference, *, broker=None, producer=None
+) -> Outcome:
     """Play one scenario end to end and judge it; never raises for a finding."""
     outcome = Outcome(scenario)
     start = time.monotonic()
@@ -677,7 +684,9 @@ def play(spark, root: Path, scenario: Scenario, reference: Reference, *, broker=
     try:
         driver.check(reference, outcome)
     except Exception as exc:  # noqa: BLE001 - reported
-        outcome.failures.append(f"the oracle could not read the tables: {type(exc).__name__}: {exc}")
+        outcome.failures.append(
+            f"the oracle could not read the tables: {type(exc).__name__}: {exc}"
+        )
     outcome.notes.extend(driver.log)
     outcome.seconds = time.monotonic() - start
     return outcome

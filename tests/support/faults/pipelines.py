@@ -115,8 +115,10 @@ def build(config: Config, *, strict: bool = True) -> Pipeline:
         @pipeline.job("totals", output="totals", inputs=["events"], mode="merge", keys=["key"])
         def totals(ctx):
             _check_marker(markers, "totals")
-            new = ctx["events"].groupBy("key").agg(
-                F.sum("amount").cast("long").alias("add"), F.count(F.lit(1)).alias("m")
+            new = (
+                ctx["events"]
+                .groupBy("key")
+                .agg(F.sum("amount").cast("long").alias("add"), F.count(F.lit(1)).alias("m"))
             )
             if ctx.previous is None:
                 return new.select("key", F.col("add").alias("total"), F.col("m").alias("n"))
@@ -177,8 +179,10 @@ def build(config: Config, *, strict: bool = True) -> Pipeline:
     )
     def customer_totals(ctx):
         _check_marker(markers, "customer_totals")
-        new = ctx["orders"].groupBy("customer").agg(
-            F.sum("amount").alias("add"), F.count(F.lit(1)).alias("m")
+        new = (
+            ctx["orders"]
+            .groupBy("customer")
+            .agg(F.sum("amount").alias("add"), F.count(F.lit(1)).alias("m"))
         )
         if ctx.previous is None:
             return new.select("customer", F.col("add").alias("total"), F.col("m").alias("n"))
