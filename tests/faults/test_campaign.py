@@ -32,27 +32,17 @@ REPORT_ENV = "DELTA_BARRIER_FAULT_REPORT"
 
 @pytest.fixture(scope="module")
 def outcomes(request):
-    collected: list[C.Outcome] = []
-    yield collected
-    if not collected:
-        return
-    line = C.summary(collected)
+    """The scenarios played; their details go to the JSON report, the summary to the
+    terminal (tests/faults/conftest.py)."""
     path = Path(
         os.environ.get(REPORT_ENV)
         or Path(str(request.config.rootpath)) / ".pytest_cache" / "fault-campaign.json"
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(C.to_json(collected))
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("")
-        reporter.write_line(line)
-        for outcome in collected:
-            if outcome.failures:
-                reporter.write_line(
-                    f"  FAILED {outcome.scenario.describe()}: {outcome.failures[0][:300]}"
-                )
-        reporter.write_line(f"fault campaign report: {path}")
+    C.REPORT_PATH = str(path)
+    yield C.PLAYED
+    if C.PLAYED:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(C.to_json(C.PLAYED))
 
 
 @pytest.fixture(scope="module")

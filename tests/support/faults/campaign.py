@@ -53,6 +53,9 @@ CHILD_LEASE_TTL = 1.0
 TAKEOVER_WAIT = CHILD_LEASE_TTL + 0.5
 CHILD_TIMEOUT = 420
 SEEDS_ENV = "DELTA_BARRIER_FAULT_SEEDS"
+PLAYED: list[Outcome] = []
+"""Every scenario played in this process (the session summary reads it)."""
+REPORT_PATH: str | None = None
 SOURCE_ONLY_POINTS = {"after_slice_recorded", "between_micro_batches"}
 """Points that only source jobs reach (other points, including new ones, go to any job)."""
 
