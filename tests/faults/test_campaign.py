@@ -3,7 +3,7 @@ replay, zombies that wake up after a takeover, and failing jobs while epochs kee
 on a file pipeline and a Kafka pipeline; each judged against a run without faults.
 
 CI runs CI_SEEDS. A longer campaign: ``make faults SEEDS=40`` (or
-``DELTA_BARRIER_FAULT_SEEDS=40``, ``=8-15``, ``=3,17``). The summary line (scenarios,
+``DELTA_BARRIER_FAULT_SEEDS=40``, ``=8-15``, ``=3,17``; one seed: ``=7,``). The summary line (scenarios,
 distinct fault schedules) is printed at the end of the session, and written with every
 scenario's details to ``$DELTA_BARRIER_FAULT_REPORT`` (default
 ``.pytest_cache/fault-campaign.json`` under the rootdir).

@@ -42,7 +42,7 @@ def test_a_new_fault_point_is_exercised_without_code_changes(monkeypatch):
 
 @pytest.mark.parametrize(
     ("text", "seeds"),
-    [("", [0, 1]), ("3", [0, 1, 2]), ("5-7", [5, 6, 7]), ("2,9", [2, 9])],
+    [("", [0, 1]), ("3", [0, 1, 2]), ("5-7", [5, 6, 7]), ("2,9", [2, 9]), ("7,", [7])],
 )
 def test_seeds_from_the_environment(monkeypatch, text, seeds):
     monkeypatch.setenv(C.SEEDS_ENV, text)

@@ -156,7 +156,8 @@ def generate(seed: int) -> Scenario:
 
 
 def seeds_from_env(default: list[int]) -> list[int]:
-    """``DELTA_BARRIER_FAULT_SEEDS``: a count N (seeds 0..N-1), ``a-b``, or ``a,b,c``."""
+    """``DELTA_BARRIER_FAULT_SEEDS``: a count N (seeds 0..N-1), ``a-b``, or ``a,b,c``
+    (one seed: ``7,``)."""
     text = os.environ.get(SEEDS_ENV, "").strip()
     if not text:
         return list(default)
@@ -338,7 +339,7 @@ class Outcome:
         lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  FAIL: {f}" for f in self.failures]
         lines.append(
-            f"  reproduce: {SEEDS_ENV}={self.scenario.seed} .venv/bin/python -m pytest "
+            f"  reproduce: {SEEDS_ENV}={self.scenario.seed}, .venv/bin/python -m pytest "
             "tests/faults/test_campaign.py -m faults"
         )
         return "\n".join(lines)
