@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: install test test-fast lint typecheck demo bench clean
+.PHONY: install test test-fast faults lint typecheck demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The fault campaign (tests/faults): CI runs its fixed seed set; SEEDS=N runs seeds 0..N-1
+# (or SEEDS=a-b, SEEDS=a,b,c). The summary and every failure's seed and schedule are printed.
+faults: $(STAMP)
+	DELTA_BARRIER_FAULT_SEEDS=$(SEEDS) $(BIN)/python -m pytest -q -m faults tests/faults
 
 lint: $(STAMP)
 	$(BIN)/ruff check catalog consistency etl tests bench examples

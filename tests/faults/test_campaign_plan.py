@@ -1,0 +1,49 @@
+"""The campaign's scenario generator and seed selection (no Spark)."""
+
+from __future__ import annotations
+
+import pytest
+
+from etl.faults import FAULT_POINTS, parse_faults
+from tests.support.faults import campaign as C
+from tests.support.faults import pipelines as P
+
+pytestmark = pytest.mark.faults
+
+
+def test_generation_is_deterministic_and_specs_parse():
+    for seed in range(64):
+        scenario = C.generate(seed)
+        assert scenario == C.generate(seed)
+        for fault in scenario.faults:
+            assert fault.job in P.JOBS[scenario.kind]
+            assert 1 <= fault.epoch <= P.EPOCHS
+            if fault.action != "fail":
+                (spec,) = parse_faults(fault.spec)
+                assert (spec.action, spec.point, spec.job, spec.epoch, spec.nth) == fault.key()
+
+
+def test_a_short_campaign_covers_every_pipeline_injection_and_point():
+    scenarios = [C.generate(seed) for seed in range(40)]
+    assert {(s.kind, s.injection) for s in scenarios[:8]} == {
+        (k, i) for k in P.KINDS for i in C.INJECTIONS
+    }
+    points = {f.point for s in scenarios for f in s.faults if f.action != "fail"}
+    assert points == set(FAULT_POINTS)
+    assert any(s.open_ahead for s in scenarios) and any(s.late_zombie for s in scenarios)
+    assert len({s.schedule for s in scenarios}) > 30
+
+
+def test_a_new_fault_point_is_exercised_without_code_changes(monkeypatch):
+    monkeypatch.setattr(C, "FAULT_POINTS", (*FAULT_POINTS, "after_fence"))
+    points = {f.point for seed in range(80) for f in C.generate(seed).faults}
+    assert "after_fence" in points
+
+
+@pytest.mark.parametrize(
+    ("text", "seeds"),
+    [("", [0, 1]), ("3", [0, 1, 2]), ("5-7", [5, 6, 7]), ("2,9", [2, 9]), ("7,", [7])],
+)
+def test_seeds_from_the_environment(monkeypatch, text, seeds):
+    monkeypatch.setenv(C.SEEDS_ENV, text)
+    assert C.seeds_from_env([0, 1]) == seeds

@@ -1,0 +1,112 @@
+"""The fault-injection module itself: parsing, counting, crash and pause (no Spark)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import get_args
+
+import pytest
+
+from etl import faults
+from etl.faults import FAULT_ENV, FAULT_EXIT_CODE, FAULT_POINTS, FaultPoint, FaultSpec, parse_faults
+
+pytestmark = pytest.mark.faults
+
+
+def test_fault_points_are_the_literal():
+    assert get_args(FaultPoint) == FAULT_POINTS
+    assert len(set(FAULT_POINTS)) == len(FAULT_POINTS) >= 5
+
+
+def test_parse_old_and_new_forms():
+    assert parse_faults("after_commit") == (FaultSpec("crash", "after_commit"),)
+    assert parse_faults("after_commit@ingest:2#3") == (
+        FaultSpec("crash", "after_commit", "ingest", 2, 3),
+    )
+    assert parse_faults("pause:before_commit@etl1") == (
+        FaultSpec("pause", "before_commit", "etl1"),
+    )
+    assert parse_faults(" crash:after_seal@a:1 ; pause:after_commit@b:3#2,after_commit ") == (
+        FaultSpec("crash", "after_seal", "a", 1),
+        FaultSpec("pause", "after_commit", "b", 3, 2),
+        FaultSpec("crash", "after_commit"),
+    )
+    assert parse_faults("") == parse_faults(None) == ()
+    assert str(FaultSpec("pause", "after_commit", "b", 3, 2)) == "pause:after_commit@b:3#2"
+
+
+@pytest.mark.parametrize(
+    "bad", ["explode:after_commit", "no_such_point", "after_commit@j:x", "after_commit#0"]
+)
+def test_parse_rejects_bad_specs(bad):
+    with pytest.raises(ValueError, match="fault"):
+        parse_faults(bad)
+
+
+def test_unset_or_other_point_is_a_no_op(monkeypatch):
+    monkeypatch.delenv(FAULT_ENV, raising=False)
+    faults.maybe_crash("after_commit", job="j", epoch=1)
+    monkeypatch.setenv(FAULT_ENV, "after_seal@j:1")
+    faults.maybe_crash("after_commit", job="j", epoch=1)
+    faults.maybe_crash("after_seal", job="other", epoch=1)
+    faults.maybe_crash("after_seal", job="j", epoch=2)
+
+
+def test_nth_counts_matches_and_fires_crash(monkeypatch):
+    exits = []
+    monkeypatch.setattr(faults.os, "_exit", exits.append)
+    monkeypatch.setenv(FAULT_ENV, "after_commit@j:2#3;pause:after_seal@k")
+    kills = []
+    monkeypatch.setattr(faults.os, "kill", lambda pid, sig: kills.append(sig))
+    for _ in range(2):
+        faults.maybe_crash("after_commit", job="j", epoch=2)
+    faults.maybe_crash("after_commit", job="j", epoch=1)  # not a match: not counted
+    assert exits == []
+    faults.maybe_crash("after_commit", job="j", epoch=2)
+    assert exits == [FAULT_EXIT_CODE]
+    faults.maybe_crash("after_commit", job="j", epoch=2)  # a spec fires once
+    assert exits == [FAULT_EXIT_CODE]
+    faults.maybe_crash("after_seal", job="k", epoch=7)
+    assert kills == [signal.SIGSTOP]
+
+
+_CHILD = """
+import sys
+from etl.faults import maybe_crash
+maybe_crash("after_commit", job="j", epoch=1)
+print("woke", flush=True)
+sys.exit(0)
+"""
+
+
+def _child(spec: str) -> subprocess.Popen:
+    env = {**os.environ, FAULT_ENV: spec, "PYTHONPATH": os.getcwd()}
+    return subprocess.Popen(
+        [sys.executable, "-c", _CHILD], env=env, stdout=subprocess.PIPE, text=True
+    )
+
+
+def test_crash_exits_without_cleanup():
+    child = _child("crash:after_commit@j:1")
+    out, _ = child.communicate(timeout=30)
+    assert child.returncode == FAULT_EXIT_CODE and out == ""
+
+
+def test_pause_stops_until_continued():
+    from tests.support.faults.process import wait_stopped
+
+    child = _child("pause:after_commit@j")
+    try:
+        assert wait_stopped(child.pid, timeout=30)
+        time.sleep(0.2)
+        assert child.poll() is None
+        os.kill(child.pid, signal.SIGCONT)
+        out, _ = child.communicate(timeout=30)
+        assert child.returncode == 0 and out == "woke\n"
+    finally:
+        if child.poll() is None:
+            child.kill()
