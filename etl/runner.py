@@ -111,6 +111,8 @@ class Runner:
             self.catalog.register_table(spec)
         for job in self.pipeline.ordered_jobs():
             self.catalog.register_job(self.pipeline.job_spec(job))
+        if self.pipeline.retention is not None:  # issue 11: the pipeline file's policy
+            self.catalog.set_retention_policy(self.pipeline.name, self.pipeline.retention.to_json())
         self._registered = True
 
     def acquire(self) -> None:
