@@ -107,12 +107,14 @@ class Runner:
 
     def register(self) -> None:
         """Register the pipeline's tables and jobs (idempotent)."""
-        for spec in self.pipeline.table_specs(self.warehouse):
+        specs = self.pipeline.table_specs(self.warehouse)
+        for spec in specs:
             self.catalog.register_table(spec)
         for job in self.pipeline.ordered_jobs():
             self.catalog.register_job(self.pipeline.job_spec(job))
         if self.pipeline.retention is not None:  # issue 11: the pipeline file's policy
-            self.catalog.set_retention_policy(self.pipeline.name, self.pipeline.retention.to_json())
+            for name in sorted({spec.pipeline for spec in specs}):  # the catalog's pipelines
+                self.catalog.set_retention_policy(name, self.pipeline.retention.to_json())
         self._registered = True
 
     def acquire(self) -> None:
