@@ -163,3 +163,32 @@ def test_orphans_removed_after_safety_age_only(tmp_path, spark):
     maintain(env.catalog, orphan_age=timedelta(hours=1), compaction=False)
     assert not staging.exists()
     assert {f.path for f in stored_files(str(location))} == set(_files(str(location)))
+
+
+def test_compaction_coexists_with_a_continuous_run(tmp_path, spark):
+    import threading
+
+    env = Env(tmp_path, spark, None)
+    for i in range(4):
+        env.epoch(i)
+    env.runner.maintenance_interval = 0.0  # between every batch
+    env.runner.maintenance_options = {"min_files": 2, "orphan_age": timedelta(0)}
+    outside: list = []
+
+    def cron() -> None:  # `etl maintain` from another process while the run holds the jobs
+        catalog = load_catalog(None, warehouse=env.warehouse)
+        for _ in range(2):
+            time.sleep(1.0)
+            outside.append(maintain(catalog, orphan_age=timedelta(0), min_files=2))
+
+    thread = threading.Thread(target=cron)
+    thread.start()
+    result = env.runner.run_continuous(epoch_interval=1.0, stop=threading.Event(), max_epochs=3)
+    thread.join()
+    assert result.ok, result
+    # TODO(issue 11): maintenance inside the run (Runner.maintenance_interval) is wired but
+    # this test does not yet show it compacting; only the outside `etl maintain` is checked.
+    assert any("held by a live run" in s for r in outside for t in r.tables for s in t.skipped)
+    with snapshot(env.catalog, ["orders"], spark=spark) as r:
+        got = _all_readers(r, env, "orders")
+    assert got["spark"] == got["duckdb"] == got["delta-rs"] and len(got["spark"]) == 8
