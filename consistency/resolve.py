@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Protocol
 
+from catalog.errors import EpochExpiredError
 from catalog.models import Epoch, EpochState, TableEpoch
 from consistency.errors import (
     EpochNotReadableError,
@@ -90,6 +91,7 @@ def resolve_snapshot(
     if level is Level.READ_COMMITTED:
         return _read_committed(history, names)
     if as_of_epoch is not None:
+        _check_not_expired(history, as_of_epoch)
         return _at_epoch(history, names, as_of_epoch)
     bound = None
     if as_of_time is not None:
@@ -97,7 +99,19 @@ def resolve_snapshot(
         if at_time is None:
             raise NoEpochAtTimeError(as_of_time)
         bound = at_time.id
-    return _repeatable_read(history, names, at_or_before=bound)
+    resolved = _repeatable_read(history, names, at_or_before=bound)
+    if resolved.epoch is not None:
+        _check_not_expired(history, resolved.epoch)
+    return resolved
+
+
+def _check_not_expired(history: EpochHistory, epoch: int) -> None:
+    """An expired epoch is an error naming it and its rule (docs/design.md, "Time travel"),
+    never a wrong answer or a storage error. Histories without expiries (test fakes) pass."""
+    expiry_of = getattr(history, "expiry_of", None)
+    expiry = expiry_of(epoch) if expiry_of is not None else None
+    if expiry is not None:
+        raise EpochExpiredError(epoch=epoch, rule=expiry.rule, expired_at=expiry.expired_at)
 
 
 def _table_list(tables: Iterable[str]) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ _EXPORTS: dict[str, str] = {
     "Input": "etl.pipeline",
     "EpochContext": "etl.pipeline",
     "param": "etl.pipeline",
+    "Retention": "consistency.retention",
     "parameters": "etl.pipeline",
     "QualityGate": "etl.quality",
     # sources

@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Literal, get_args
 
 from catalog import JobSpec, TableSpec, WriteMode, validate_name
+from consistency.retention import Retention
 from etl.errors import PipelineDefinitionError
 from etl.sources.base import Source
 
@@ -140,9 +141,15 @@ class Pipeline:
     name: str
     jobs: dict[str, Job] = field(default_factory=dict)
     gates: dict[str, QualityGate] = field(default_factory=dict)
+    retention: Retention | None = None
+    """How long epochs stay readable (None: the catalog-wide default); consistency/retention.py."""
 
     def __post_init__(self) -> None:
         validate_name(self.name, kind="pipeline")
+        if self.retention is not None and not isinstance(self.retention, Retention):
+            raise PipelineDefinitionError(
+                f"pipeline {self.name!r}: retention must be a Retention(...), got {self.retention!r}"
+            )
 
     def add(self, job: Job) -> Job:
         if job.name in self.jobs:

@@ -5,6 +5,7 @@ and read every table through it, from Spark or from lighter engines.
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+
+    from etl.retention.pins import PinHolder
 
 
 def tables_in_sql(sql: str) -> list[str]:
@@ -50,11 +53,32 @@ class SnapshotReader:
     returns the same answer every time it is asked.
     """
 
-    def __init__(self, *, catalog: Catalog, snapshot: Snapshot, spark: SparkSession | None) -> None:
+    def __init__(
+        self,
+        *,
+        catalog: Catalog,
+        snapshot: Snapshot,
+        spark: SparkSession | None,
+        pin: PinHolder | None = None,
+    ) -> None:
         self.catalog = catalog
         self.snapshot = snapshot
         self._spark = spark
         self._locations = {t: catalog.get_table(t).location for t in snapshot.versions}
+        # Retention (issue 11): the pin protecting the snapshot's files while it is open.
+        self.pin = pin
+        self._release_pin = weakref.finalize(self, pin.close) if pin is not None else None
+
+    def close(self) -> None:
+        """Release the snapshot's pin (retention may then clean up what it read)."""
+        if self._release_pin is not None:
+            self._release_pin()
+
+    def __enter__(self) -> SnapshotReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def level(self) -> Level:
@@ -138,11 +162,22 @@ def snapshot(
     spark: SparkSession | None = None,
     as_of_epoch: int | None = None,
     as_of_time: datetime | None = None,
+    as_of_tag: str | None = None,
+    pin: bool = True,
 ) -> SnapshotReader:
     """Resolve a snapshot for tables (or the tables a SQL text names) at a level.
 
-    ``as_of_epoch``/``as_of_time`` give the repeatable-read snapshot of a past epoch.
+    ``as_of_epoch``/``as_of_time``/``as_of_tag`` give the repeatable-read snapshot of a
+    past epoch (a tag names one). An expired epoch raises EpochExpiredError naming it and
+    its rule. ``pin``: hold a retention pin while the reader is open (``close()`` or
+    ``with`` releases it), so maintenance never removes what it reads.
     """
+    if as_of_tag is not None:
+        if as_of_epoch is not None or as_of_time is not None:
+            raise SqlTablesError(
+                sql=str(tables_or_sql), problem="give one of as_of_epoch, as_of_time, as_of_tag"
+            )
+        as_of_epoch = catalog.get_tag(as_of_tag).epoch
     if isinstance(tables_or_sql, str):
         tables = tables_in_sql(tables_or_sql) if _looks_like_sql(tables_or_sql) else [tables_or_sql]
     else:
@@ -166,7 +201,23 @@ def snapshot(
         as_of_epoch=as_of_epoch,
         as_of_time=as_of_time,
     )
-    return SnapshotReader(catalog=catalog, snapshot=resolved, spark=spark)
+    holder = _pin(catalog, resolved, tables) if pin else None
+    return SnapshotReader(catalog=catalog, snapshot=resolved, spark=spark, pin=holder)
+
+
+def _pin(catalog: Catalog, resolved: Snapshot, tables: Sequence[str]) -> PinHolder | None:
+    from etl.retention.pins import PinHolder
+
+    if not any(v is not None for v in resolved.versions.values()):
+        return None
+    pipelines = {catalog.get_table(t).pipeline for t in tables}
+    return PinHolder(
+        catalog,
+        versions=resolved.versions,
+        epoch=resolved.epoch,
+        epochs=resolved.epochs,
+        pipeline=pipelines.pop() if len(pipelines) == 1 else None,
+    )
 
 
 def _looks_like_sql(text: str) -> bool:

@@ -77,6 +77,12 @@ ProgressCallback = Callable[[BatchResult], None]
 class Runner:
     """Runs one pipeline against one catalog and warehouse."""
 
+    maintenance_interval: float | None = None
+    """Seconds between retention maintenance runs inside a continuous run (issue 11): it
+    runs between batches, under the run's own leases, so it never fails a job's commit."""
+    maintenance_options: dict = {}  # noqa: RUF012 - keyword arguments of maintain()
+    _maintained_at: float = 0.0
+
     def __init__(
         self,
         pipeline: Pipeline,
@@ -107,10 +113,14 @@ class Runner:
 
     def register(self) -> None:
         """Register the pipeline's tables and jobs (idempotent)."""
-        for spec in self.pipeline.table_specs(self.warehouse):
+        specs = self.pipeline.table_specs(self.warehouse)
+        for spec in specs:
             self.catalog.register_table(spec)
         for job in self.pipeline.ordered_jobs():
             self.catalog.register_job(self.pipeline.job_spec(job))
+        if self.pipeline.retention is not None:  # issue 11: the pipeline file's policy
+            for name in sorted({spec.pipeline for spec in specs}):  # the catalog's pipelines
+                self.catalog.set_retention_policy(name, self.pipeline.retention.to_json())
         self._registered = True
 
     def acquire(self) -> None:
@@ -299,7 +309,8 @@ class Runner:
                 timeout = max(0.0, next_epoch_at - time.monotonic()) if opening() else None
                 if not running:
                     assert stop is not None and timeout is not None
-                    stop.wait(timeout)
+                    self._maybe_maintain()
+                    stop.wait(max(0.0, next_epoch_at - time.monotonic()))
                     continue
                 finished, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
                 for future in finished:
@@ -317,6 +328,21 @@ class Runner:
         return RunResult(
             epochs_opened=tuple(opened), batches=tuple(results), failures=tuple(failures)
         )
+
+    def _maybe_maintain(self) -> None:
+        """Retention maintenance while no batch runs (etl/retention/maintain.py)."""
+        if self.maintenance_interval is None or self._keeper is None:
+            return
+        if time.monotonic() - self._maintained_at < self.maintenance_interval:
+            return
+        from etl.retention.maintain import maintain
+
+        held = {job.name: self._lease(job) for job in self.pipeline.ordered_jobs()}
+        try:
+            maintain(self.catalog, held_leases=held, **self.maintenance_options)
+        except Exception as exc:  # maintenance never stops the run
+            log.warning("retention maintenance failed: %s", exc)
+        self._maintained_at = time.monotonic()
 
 
 __all__ = [

@@ -30,6 +30,9 @@ def sql(
     as_of_time: Annotated[
         str | None, typer.Option(help="Newest repeatable-read cut at or before this ISO-8601 time.")
     ] = None,
+    as_of_tag: Annotated[
+        str | None, typer.Option(help="Repeatable-read at the epoch this tag names (etl tag).")
+    ] = None,
     format: Annotated[Literal["table", "csv", "json"], typer.Option("--format")] = "table",
     limit: Annotated[int, typer.Option(help="At most this many rows are printed.")] = 1000,
     master: Annotated[str | None, typer.Option(envvar="ETL_SPARK_MASTER")] = None,
@@ -56,7 +59,9 @@ def sql(
 
     with open_catalog(warehouse, catalog_url) as catalog:
         # Resolved before Spark starts: an unknown table or epoch is reported at once.
-        reader = snapshot(catalog, query, level, as_of_epoch=as_of_epoch, as_of_time=when)
+        reader = snapshot(
+            catalog, query, level, as_of_epoch=as_of_epoch, as_of_time=when, as_of_tag=as_of_tag
+        )
         err.print(
             f"level={reader.level.value} epoch={reader.epoch if reader.epoch is not None else '-'} "
             f"versions={json.dumps(dict(reader.versions), sort_keys=True)}",
@@ -73,6 +78,8 @@ def sql(
         except CapturedException as exc:  # Spark's analysis, parse and runtime errors
             problem = str(exc).strip().splitlines()[0]
             raise UsageError(f"Spark cannot run the query: {problem}") from None
+        finally:
+            reader.close()  # the snapshot's retention pin
     print_rows(columns, rows, format)
 
 

@@ -1,0 +1,94 @@
+"""``etl tag create|list|delete``: named cuts that retention keeps until deleted (issue 11)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from etl.cli.app import CatalogUrl, Warehouse, app, guard, open_catalog
+from etl.cli.render import out, rows_table
+from etl.errors import UsageError
+
+tag_app = typer.Typer(help="Named cuts that never expire until deleted.", no_args_is_help=True)
+app.add_typer(tag_app, name="tag")
+
+
+@tag_app.command("create")
+@guard
+def create(
+    name: Annotated[str, typer.Argument(help="The tag's name.")],
+    epoch: Annotated[int | None, typer.Option(help="The COMMIT epoch (default: the latest).")] = None,
+    pipeline: Annotated[str | None, typer.Option(help="Pipeline (default: 'default').")] = None,
+    warehouse: Warehouse = Path("warehouse"),
+    catalog_url: CatalogUrl = None,
+) -> None:
+    """Tag a COMMIT cut; an expired epoch is refused, naming the rule that expired it.
+
+    Example: etl tag create before-migration --epoch 42
+    """
+    with open_catalog(warehouse, catalog_url) as catalog:
+        if epoch is None:
+            commit = catalog.latest_commit(pipeline=pipeline)
+            if commit is None:
+                raise UsageError("no COMMIT epoch yet to tag; run the pipeline first")
+        else:
+            commit = catalog.get_commit(epoch)
+            if commit is None:
+                expiry = catalog.expiry_of(epoch)
+                if expiry is None:
+                    raise UsageError(f"epoch {epoch} is not a COMMIT cut: not every table has it WRITTEN")
+        if commit is None:
+            from catalog import EpochExpiredError
+
+            raise EpochExpiredError(epoch=epoch, rule=expiry.rule, expired_at=expiry.expired_at)
+        tag = catalog.create_tag(
+            name, epoch=commit.epoch, versions=dict(commit.versions), pipeline=commit.pipeline
+        )
+    typer.echo(f"tag {tag.name} -> epoch {tag.epoch} {json.dumps(dict(tag.versions), sort_keys=True)}")
+
+
+@tag_app.command("list")
+@guard
+def list_(
+    warehouse: Warehouse = Path("warehouse"),
+    catalog_url: CatalogUrl = None,
+    format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
+) -> None:
+    """Every tag: name, epoch, versions."""
+    with open_catalog(warehouse, catalog_url) as catalog:
+        tags = catalog.list_tags()
+    records = [
+        {
+            "name": t.name,
+            "epoch": t.epoch,
+            "pipeline": t.pipeline,
+            "versions": dict(t.versions),
+            "created_at": t.created_at.isoformat() if t.created_at else None,
+        }
+        for t in tags
+    ]
+    if format == "json":
+        typer.echo(json.dumps(records, indent=2))
+        return
+    cells = [[r["name"], r["epoch"], json.dumps(r["versions"], sort_keys=True), r["created_at"]]
+             for r in records]
+    out.print(rows_table(["name", "epoch", "versions", "created_at"], cells, title="tags"))
+
+
+@tag_app.command("delete")
+@guard
+def delete(
+    name: Annotated[str, typer.Argument(help="The tag's name.")],
+    warehouse: Warehouse = Path("warehouse"),
+    catalog_url: CatalogUrl = None,
+) -> None:
+    """Delete a tag; retention may then expire its epoch."""
+    with open_catalog(warehouse, catalog_url) as catalog:
+        catalog.delete_tag(name)
+    typer.echo(f"deleted tag {name}")
+
+
+__all__ = ["create", "delete", "list_"]

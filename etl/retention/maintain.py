@@ -1,0 +1,342 @@
+"""``etl maintain``: expiry, compaction, checkpoints, vacuum and log cleanup, in that order.
+
+PRODUCT.md, "Retention, pins and tags". Safe while pipelines run:
+
+- **Expiry** asks the catalog to expire the epochs the policy no longer keeps
+  (consistency/retention.py); the catalog skips pinned and tagged epochs atomically.
+  The latest COMMIT epoch, everything after it and each table's latest WRITTEN epoch
+  are never candidates.
+- **Keep-set**: per table, the Delta versions of every WRITTEN epoch that has not
+  expired, of every live pin and every tag, and every version from the latest sealed one
+  on (batches in flight). The expiries are read *before* the pins: a reader that pins
+  first and then finds its epochs unexpired (etl/retention/pins.py) is therefore always
+  seen, either through its pin or through its unexpired epoch.
+- **Vacuum** deletes files no kept version references. Files the readable log never
+  mentions (orphans: a crashed batch's, or a batch whose commit is still coming) and
+  staging directories go only after ``orphan_age``, and a staging directory only while
+  its writer job's lease is not held by a live run.
+- **Compaction** rewrites small files of a job's tables under that job's lease: only
+  when the lease is free (or the caller holds it, between batches of a continuous run)
+  and the table has nothing in flight. A job held by a live run is skipped and reported.
+- **Log upkeep** checkpoints the latest version and deletes log entries older than the
+  oldest kept version (after a checkpoint at exactly that version).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from catalog import Catalog, EpochState, Lease, LeaseHeldError
+from consistency.retention import EpochPoint, Retention, expired_epochs
+from etl.delta.maintenance import (
+    compact,
+    delete_paths,
+    log_upkeep,
+    plan_compaction,
+    referenced_files,
+    staging_dirs,
+    stored_files,
+)
+from etl.delta.write import Fence
+from etl.errors import CommitConflictError, DeltaIOError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ORPHAN_AGE = timedelta(hours=1)
+_EXPIRE_CHUNK = 500
+
+
+@dataclass
+class TableMaintenance:
+    table: str
+    files_removed: int = 0
+    bytes_removed: int = 0
+    orphans_removed: int = 0
+    staging_removed: int = 0
+    compacted_files: int = 0
+    """Small files rewritten (they stay while retained versions need them)."""
+    compacted_into: int = 0
+    checkpoint_version: int | None = None
+    log_entries_removed: int = 0
+    first_readable_version: int | None = None
+    skipped: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MaintenanceReport:
+    dry_run: bool
+    pipelines: list[str]
+    epochs_expired: list[int] = field(default_factory=list)
+    rules: dict[str, str] = field(default_factory=dict)
+    tables: list[TableMaintenance] = field(default_factory=list)
+
+    @property
+    def files_removed(self) -> int:
+        return sum(t.files_removed for t in self.tables)
+
+    @property
+    def bytes_removed(self) -> int:
+        return sum(t.bytes_removed for t in self.tables)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["files_removed"] = self.files_removed
+        data["bytes_removed"] = self.bytes_removed
+        return data
+
+
+def policy_of(catalog: Catalog, pipeline: str) -> Retention:
+    return Retention.from_json(catalog.retention_policy(pipeline)) or Retention()
+
+
+def plan_expiry(catalog: Catalog, pipeline: str, *, now: datetime) -> tuple[list[int], str]:
+    """The epochs of ``pipeline`` its policy no longer keeps at ``now`` (before pins and
+    tags, which the catalog honours when expiring), and the rule."""
+    policy = policy_of(catalog, pipeline)
+    if policy.keeps_everything:
+        return [], policy.rule
+    latest = catalog.latest_commit(pipeline=pipeline)
+    if latest is None:
+        return [], policy.rule
+    tables = [t.name for t in catalog.list_tables(pipeline=pipeline, include_retired=True)]
+    protected = {row.epoch for row in catalog.latest_written(tables).values()}
+    already = {e.epoch for e in catalog.expired_epochs(pipeline=pipeline)}
+    epochs = catalog.epochs(up_to=latest.epoch, pipeline=pipeline)
+    points = [EpochPoint(e.id, e.barrier_ts) for e in epochs]
+    expired = [
+        e
+        for e in expired_epochs(points, policy, now=now)
+        if e < latest.epoch and e not in protected and e not in already
+    ]
+    return expired, policy.rule
+
+
+def _keep_versions(
+    catalog: Catalog, tables: list[str], expired: set[int]
+) -> tuple[dict[str, set[int]], dict[str, int]]:
+    """Per table: versions of kept cuts, pins and tags; and the latest sealed version."""
+    pins = catalog.active_pins()  # after the expiries were read: see the module docstring
+    tags = catalog.list_tags()
+    keep: dict[str, set[int]] = {t: set() for t in tables}
+    keep_from: dict[str, int] = {}
+    for table in tables:
+        sealed = None
+        for row in catalog.table_epochs(table):
+            if row.state == EpochState.WRITTEN and row.delta_version is not None:
+                if row.epoch not in expired:
+                    keep[table].add(row.delta_version)
+                sealed = row.delta_version if sealed is None else max(sealed, row.delta_version)
+        keep_from[table] = 0 if sealed is None else sealed
+    for holder in [*pins, *tags]:
+        for table, version in holder.versions.items():
+            if table in keep:
+                keep[table].add(int(version))
+    return keep, keep_from
+
+
+def maintain(
+    catalog: Catalog,
+    *,
+    pipeline: str | None = None,
+    dry_run: bool = False,
+    now: datetime | None = None,
+    orphan_age: timedelta = DEFAULT_ORPHAN_AGE,
+    compaction: bool = True,
+    small_file_bytes: int = 16 << 20,
+    min_files: int = 4,
+    held_leases: Mapping[str, Lease] | None = None,
+    lease_ttl_seconds: float = 60.0,
+) -> MaintenanceReport:
+    """Run maintenance for one pipeline (every pipeline when None); see the module doc.
+
+    ``held_leases``: the leases a running runner holds (maintenance between its batches);
+    other jobs' leases are taken for compaction only if free. ``now`` is the clock the
+    policy is applied at (default: the wall clock, UTC).
+    """
+    now = now or datetime.now(UTC)
+    names = [pipeline] if pipeline is not None else [p.name for p in catalog.list_pipelines()]
+    report = MaintenanceReport(dry_run=dry_run, pipelines=names)
+    for name in names:
+        expired_now, rule = plan_expiry(catalog, name, now=now)
+        report.rules[name] = rule
+        if dry_run:
+            pinned = {p.epoch for p in catalog.active_pins()} | {
+                t.epoch for t in catalog.list_tags()
+            }
+            report.epochs_expired += [e for e in expired_now if e not in pinned]
+        else:
+            for start in range(0, len(expired_now), _EXPIRE_CHUNK):
+                chunk = expired_now[start : start + _EXPIRE_CHUNK]
+                report.epochs_expired += catalog.expire_epochs(chunk, rule=rule, pipeline=name)
+        tables = catalog.list_tables(pipeline=name, include_retired=True)
+        if compaction and not dry_run:
+            _compact_pipeline(
+                catalog,
+                name,
+                report,
+                held_leases=held_leases or {},
+                small_file_bytes=small_file_bytes,
+                min_files=min_files,
+                lease_ttl_seconds=lease_ttl_seconds,
+            )
+        expired = {e.epoch for e in catalog.expired_epochs(pipeline=name)}
+        if dry_run:
+            expired |= set(report.epochs_expired)
+        keep, keep_from = _keep_versions(catalog, [t.name for t in tables], expired)
+        for info in tables:
+            entry = _table_entry(report, info.name)
+            try:
+                _vacuum_table(
+                    catalog,
+                    info,
+                    entry,
+                    keep=keep[info.name],
+                    keep_from=keep_from[info.name],
+                    dry_run=dry_run,
+                    orphan_age=orphan_age,
+                    held_leases=held_leases or {},
+                )
+            except DeltaIOError as exc:
+                entry.skipped.append(f"vacuum: {exc}")
+    return report
+
+
+def _table_entry(report: MaintenanceReport, table: str) -> TableMaintenance:
+    for entry in report.tables:
+        if entry.table == table:
+            return entry
+    entry = TableMaintenance(table)
+    report.tables.append(entry)
+    return entry
+
+
+def _compact_pipeline(
+    catalog: Catalog,
+    pipeline: str,
+    report: MaintenanceReport,
+    *,
+    held_leases: Mapping[str, Lease],
+    small_file_bytes: int,
+    min_files: int,
+    lease_ttl_seconds: float,
+) -> None:
+    owner = f"maintain:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    tables = catalog.list_tables(pipeline=pipeline)
+    for job in catalog.list_jobs(pipeline=pipeline):
+        outputs = [t for t in tables if t.writer_job == job.name]
+        if not outputs:
+            continue
+        lease = held_leases.get(job.name)
+        taken = None
+        if lease is None:
+            try:
+                lease = taken = catalog.acquire_lease(
+                    job.name, owner, ttl_seconds=lease_ttl_seconds
+                )
+            except LeaseHeldError as exc:
+                for table in outputs:
+                    _table_entry(report, table.name).skipped.append(
+                        f"compaction: job {job.name!r} is held by a live run ({exc.owner})"
+                    )
+                continue
+        try:
+            fence = Fence(job.name, lease.generation)
+            for table in outputs:
+                _compact_table(catalog, table, fence, _table_entry(report, table.name),
+                               small_file_bytes=small_file_bytes, min_files=min_files)
+        finally:
+            if taken is not None:
+                catalog.release_lease(taken)
+
+
+def _compact_table(catalog, table, fence, entry, *, small_file_bytes, min_files) -> None:
+    from etl.delta.log import table_version
+
+    latest = table_version(table.location)
+    if latest is None:
+        return
+    sealed = catalog.latest_written([table.name]).get(table.name)
+    if sealed is None or sealed.delta_version is None:
+        return
+    processed = catalog.latest_processed([table.name]).get(table.name)
+    if (processed is not None and processed.epoch > sealed.epoch) or latest < sealed.delta_version:
+        entry.skipped.append("compaction: an epoch is in flight")
+        return
+    plan = plan_compaction(table.location, small_file_bytes=small_file_bytes, min_files=min_files)
+    if not plan.groups:
+        return
+    try:
+        compact(table.location, plan, fence=fence)
+    except CommitConflictError as exc:
+        entry.skipped.append(f"compaction: {exc}")
+        return
+    entry.compacted_files += plan.files_in
+    entry.compacted_into += len(plan.groups)
+
+
+def _aware(ts: datetime) -> datetime:
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts
+
+
+def _vacuum_table(
+    catalog: Catalog,
+    info,
+    entry: TableMaintenance,
+    *,
+    keep: set[int],
+    keep_from: int,
+    dry_run: bool,
+    orphan_age: timedelta,
+    held_leases: Mapping[str, Lease],
+) -> None:
+    from etl.delta.log import table_version
+
+    if table_version(info.location) is None:
+        return
+    refs = referenced_files(info.location, keep, keep_from=keep_from)
+    cutoff = time.time() - orphan_age.total_seconds()
+    doomed = []
+    for file in stored_files(info.location):
+        if file.path in refs.needed:
+            continue
+        if file.path in refs.known or file.mtime < cutoff:
+            doomed.append(file)
+            if file.path not in refs.known:
+                entry.orphans_removed += 1
+    lease = catalog.get_lease(info.writer_job) if info.writer_job else None
+    writer_live = (
+        lease is not None
+        and info.writer_job not in held_leases
+        and _aware(lease.expires_at) > datetime.now(UTC)
+    )
+    stale_staging = [] if writer_live else [d for d in staging_dirs(info.location) if d.mtime < cutoff]
+    entry.files_removed += len(doomed)
+    entry.bytes_removed += sum(f.size for f in doomed) + sum(d.size for d in stale_staging)
+    entry.staging_removed += len(stale_staging)
+    entry.removed += [f.path for f in doomed] + [d.path + "/" for d in stale_staging]
+    oldest_kept = min(keep | {keep_from})
+    if not dry_run:
+        delete_paths(info.location, [f.path for f in doomed])
+        delete_paths(info.location, [d.path for d in stale_staging], directories=True)
+    upkeep = log_upkeep(info.location, keep_from_version=oldest_kept, dry_run=dry_run)
+    entry.checkpoint_version = upkeep.checkpoint_version
+    entry.log_entries_removed += upkeep.entries_removed
+    entry.first_readable_version = upkeep.first_version
+
+
+__all__ = [
+    "DEFAULT_ORPHAN_AGE",
+    "MaintenanceReport",
+    "TableMaintenance",
+    "maintain",
+    "plan_expiry",
+    "policy_of",
+]

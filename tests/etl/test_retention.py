@@ -1,0 +1,194 @@
+"""Retention at run time (issue 11): pinned readers survive maintenance, expired epochs give
+a clear error, orphans go only after the safety age, compaction keeps every retained cut,
+and other Delta readers read every retained version after maintenance."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import pytest
+from deltalake import DeltaTable
+
+from catalog import EpochExpiredError, load_catalog
+from etl import FileSource, Pipeline, Retention, Runner, snapshot
+from etl.delta.log import active_files
+from etl.delta.maintenance import stored_files
+from etl.retention.maintain import maintain
+
+pytestmark = [pytest.mark.retention, pytest.mark.spark]
+
+BASE = datetime(2024, 1, 1, tzinfo=UTC)
+SCHEMA = "id INT, amount DOUBLE"
+
+
+class Env:
+    def __init__(self, root: Path, spark, retention: Retention | None):
+        self.incoming = root / "incoming"
+        self.incoming.mkdir(parents=True)
+        pipeline = Pipeline("shop", retention=retention)
+        pipeline.ingest(
+            "ingest",
+            source=FileSource("drops", path=self.incoming, format="json", schema=SCHEMA),
+            output="orders",
+        )
+        pipeline.sql("big", output="big", inputs=["orders"],
+                     query="SELECT id, amount FROM orders WHERE amount >= 10")
+        self.warehouse = root / "warehouse"
+        self.catalog = load_catalog(None, warehouse=self.warehouse)
+        self.runner = Runner(pipeline, catalog=self.catalog, warehouse=str(self.warehouse),
+                             spark=spark)
+        self.spark = spark
+        self.n = 0
+
+    def epoch(self, hours: float, rows: int = 2) -> int:
+        self.n += 1
+        hidden = self.incoming / f".b{self.n}"
+        hidden.write_text("".join(
+            json.dumps({"id": self.n * 100 + i, "amount": float(i * 7)}) + "\n"
+            for i in range(rows)))
+        # FileSource cuts slices by modification time at the barrier (a synthetic clock)
+        stamp = (BASE + timedelta(hours=hours)).timestamp() - 1
+        os.utime(hidden, (stamp, stamp))
+        os.replace(hidden, self.incoming / f"b{self.n:04d}.json")
+        result = self.runner.run_once(barrier_ts=BASE + timedelta(hours=hours))
+        assert result.ok, result
+        return result.epochs_opened[0].id
+
+    def location(self, table: str) -> str:
+        return self.catalog.get_table(table).location
+
+
+def _files(location: str) -> list[str]:
+    return [f.path for f in active_files(DeltaTable(location))]
+
+
+def _duckdb(location: str, version: int) -> list[tuple]:
+    (ext,) = [f for f in importlib.metadata.files("duckdb-ext-delta")
+              if f.name == "delta.duckdb_extension"]
+    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    con.execute(f"LOAD '{ext.locate()}'")
+    con.execute(f"ATTACH 'file://{location}' AS t (TYPE delta)")
+    return sorted(con.execute(f"SELECT id, amount, _epoch FROM t AT (VERSION => {version})")
+                  .fetchall())
+
+
+def _all_readers(reader, env: Env, table: str) -> dict[str, list[tuple]]:
+    version = reader.versions[table]
+    spark_rows = sorted(tuple(r) for r in reader.table(table).select("id", "amount", "_epoch")
+                        .collect())
+    arrow = reader.arrow(table, columns=["id", "amount", "_epoch"])
+    rs_rows = sorted(zip(*(arrow.column(c).to_pylist() for c in ("id", "amount", "_epoch")),
+                         strict=True))
+    return {"spark": spark_rows, "delta-rs": rs_rows,
+            "duckdb": _duckdb(env.location(table), version)}
+
+
+def test_pinned_reader_survives_maintenance_and_expired_epoch_errors(tmp_path, spark):
+    env = Env(tmp_path, spark, Retention(every_epoch_for="1h"))
+    e1 = env.epoch(0)
+    e2 = env.epoch(1)
+    reader = snapshot(env.catalog, ["orders", "big"], as_of_epoch=e1, spark=spark)
+    before = {t: _all_readers(reader, env, t) for t in ("orders", "big")}
+    assert before["orders"]["spark"] == before["orders"]["duckdb"] == before["orders"]["delta-rs"]
+    for i in range(3):  # new epochs arrive, maintenance runs repeatedly
+        env.epoch(2 + i)
+        report = maintain(env.catalog, now=BASE + timedelta(hours=10 + i),
+                          orphan_age=timedelta(0), min_files=2)
+        assert e1 not in report.epochs_expired
+        assert {t: _all_readers(reader, env, t) for t in ("orders", "big")} == before
+    assert env.catalog.expiry_of(e2) is not None
+    with pytest.raises(EpochExpiredError) as err:
+        snapshot(env.catalog, ["orders"], as_of_epoch=e2)
+    assert str(e2) in str(err.value) and "every epoch for 1h" in str(err.value)
+    reader.close()
+    env.epoch(6)  # seals on top of the compacted files: the small ones are no longer needed
+    report = maintain(env.catalog, now=BASE + timedelta(hours=20), orphan_age=timedelta(0))
+    assert e1 in report.epochs_expired and report.files_removed > 0
+    with pytest.raises(EpochExpiredError, match=f"epoch {e1} "):
+        snapshot(env.catalog, ["orders"], as_of_epoch=e1)
+    latest = snapshot(env.catalog, ["orders", "big"], spark=spark)
+    with latest:
+        rows = _all_readers(latest, env, "orders")
+        assert rows["spark"] == rows["duckdb"] == rows["delta-rs"]
+        assert len(rows["spark"]) == 2 * 6
+
+
+def test_compaction_keeps_every_retained_cut_and_drops_file_count(tmp_path, spark):
+    env = Env(tmp_path, spark, None)  # keep everything
+    epochs = [env.epoch(i) for i in range(4)]
+    cuts = {}
+    for e in epochs:
+        with snapshot(env.catalog, ["orders", "big"], as_of_epoch=e, spark=spark) as r:
+            cuts[e] = {t: _all_readers(r, env, t)["delta-rs"] for t in ("orders", "big")}
+    files_before = len(_files(env.location("orders")))
+    report = maintain(env.catalog, orphan_age=timedelta(0), min_files=2)
+    compacted = {t.table: t.compacted_files for t in report.tables}
+    assert compacted["orders"] >= 2, report
+    assert len(_files(env.location("orders"))) < files_before
+    env.epoch(5)  # recovery and the next epoch accept the compaction commit
+    for e in epochs:
+        with snapshot(env.catalog, ["orders", "big"], as_of_epoch=e, spark=spark) as r:
+            for t in ("orders", "big"):
+                got = _all_readers(r, env, t)
+                assert got["delta-rs"] == got["spark"] == got["duckdb"] == cuts[e][t], (e, t)
+
+
+def test_orphans_removed_after_safety_age_only(tmp_path, spark):
+    env = Env(tmp_path, spark, None)
+    env.epoch(0)
+    location = Path(env.location("orders"))
+    orphan = location / "part-crashed-0001.parquet"
+    orphan.write_bytes((location / _files(str(location))[0]).read_bytes())
+    staging = location / "_delta_barrier_staging-crashed-x"
+    staging.mkdir()
+    (staging / "part-0.parquet").write_bytes(b"x")
+    report = maintain(env.catalog, orphan_age=timedelta(hours=1))
+    assert orphan.exists() and staging.exists(), report  # a batch in flight looks like this
+    old = time.time() - 7200
+    os.utime(orphan, (old, old))
+    os.utime(staging / "part-0.parquet", (old, old))
+    os.utime(staging, (old, old))
+    # while the writer's lease is held by a live run, its staging directory stays
+    lease = env.catalog.acquire_lease("ingest", "someone-else", ttl_seconds=60)
+    report = maintain(env.catalog, orphan_age=timedelta(hours=1), compaction=False)
+    assert not orphan.exists() and staging.exists()
+    assert any(t.orphans_removed == 1 for t in report.tables)
+    env.catalog.release_lease(lease)
+    maintain(env.catalog, orphan_age=timedelta(hours=1), compaction=False)
+    assert not staging.exists()
+    assert {f.path for f in stored_files(str(location))} == set(_files(str(location)))
+
+
+def test_compaction_coexists_with_a_continuous_run(tmp_path, spark):
+    import threading
+
+    env = Env(tmp_path, spark, None)
+    for i in range(4):
+        env.epoch(i)
+    env.runner.maintenance_interval = 0.0  # between every batch
+    env.runner.maintenance_options = {"min_files": 2, "orphan_age": timedelta(0)}
+    outside: list = []
+
+    def cron() -> None:  # `etl maintain` from another process while the run holds the jobs
+        catalog = load_catalog(None, warehouse=env.warehouse)
+        for _ in range(2):
+            time.sleep(1.0)
+            outside.append(maintain(catalog, orphan_age=timedelta(0), min_files=2))
+
+    thread = threading.Thread(target=cron)
+    thread.start()
+    result = env.runner.run_continuous(epoch_interval=1.0, stop=threading.Event(), max_epochs=3)
+    thread.join()
+    assert result.ok, result
+    # TODO(issue 11): maintenance inside the run (Runner.maintenance_interval) is wired but
+    # this test does not yet show it compacting; only the outside `etl maintain` is checked.
+    assert any("held by a live run" in s for r in outside for t in r.tables for s in t.skipped)
+    with snapshot(env.catalog, ["orders"], spark=spark) as r:
+        got = _all_readers(r, env, "orders")
+    assert got["spark"] == got["duckdb"] == got["delta-rs"] and len(got["spark"]) == 8
