@@ -197,9 +197,7 @@ def retained_epochs(
     return kept
 
 
-def expired_epochs(
-    epochs: Sequence[EpochPoint], policy: Retention, *, now: datetime
-) -> list[int]:
+def expired_epochs(epochs: Sequence[EpochPoint], policy: Retention, *, now: datetime) -> list[int]:
     """The epochs of ``epochs`` the policy no longer keeps at ``now``, oldest first."""
     kept = retained_epochs(epochs, policy, now=now)
     return sorted(e.id for e in epochs if e.id not in kept)

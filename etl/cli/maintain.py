@@ -21,7 +21,9 @@ def maintain(
     pipeline: Annotated[str | None, typer.Argument(help="Pipeline (default: every one).")] = None,
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would go; change nothing.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would go; change nothing.")
+    ] = False,
     orphan_age: Annotated[
         float, typer.Option(help="Seconds before unreferenced files of crashed batches may go.")
     ] = 3600.0,
@@ -49,19 +51,42 @@ def maintain(
         return
     verb = "would remove" if dry_run else "removed"
     cells = [
-        [t.table, t.files_removed, t.bytes_removed, t.orphans_removed, t.staging_removed,
-         f"{t.compacted_files}->{t.compacted_into}" if t.compacted_files else "",
-         t.log_entries_removed, "; ".join(t.skipped)]
+        [
+            t.table,
+            t.files_removed,
+            t.bytes_removed,
+            t.orphans_removed,
+            t.staging_removed,
+            f"{t.compacted_files}->{t.compacted_into}" if t.compacted_files else "",
+            t.log_entries_removed,
+            "; ".join(t.skipped),
+        ]
         for t in report.tables
     ]
-    out.print(rows_table(
-        ["table", "files", "bytes", "orphans", "staging", "compacted", "log entries", "skipped"],
-        cells, title=f"etl maintain ({verb})",
-    ))
+    out.print(
+        rows_table(
+            [
+                "table",
+                "files",
+                "bytes",
+                "orphans",
+                "staging",
+                "compacted",
+                "log entries",
+                "skipped",
+            ],
+            cells,
+            title=f"etl maintain ({verb})",
+        )
+    )
     typer.echo(
         f"{verb}: {report.files_removed} files, {report.bytes_removed} bytes; "
         f"epochs {'to expire' if dry_run else 'expired'}: {len(report.epochs_expired)}"
-        + (f" ({report.epochs_expired[0]}..{report.epochs_expired[-1]})" if report.epochs_expired else "")
+        + (
+            f" ({report.epochs_expired[0]}..{report.epochs_expired[-1]})"
+            if report.epochs_expired
+            else ""
+        )
     )
 
 

@@ -20,7 +20,9 @@ app.add_typer(tag_app, name="tag")
 @guard
 def create(
     name: Annotated[str, typer.Argument(help="The tag's name.")],
-    epoch: Annotated[int | None, typer.Option(help="The COMMIT epoch (default: the latest).")] = None,
+    epoch: Annotated[
+        int | None, typer.Option(help="The COMMIT epoch (default: the latest).")
+    ] = None,
     pipeline: Annotated[str | None, typer.Option(help="Pipeline (default: 'default').")] = None,
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
@@ -39,7 +41,9 @@ def create(
             if commit is None:
                 expiry = catalog.expiry_of(epoch)
                 if expiry is None:
-                    raise UsageError(f"epoch {epoch} is not a COMMIT cut: not every table has it WRITTEN")
+                    raise UsageError(
+                        f"epoch {epoch} is not a COMMIT cut: not every table has it WRITTEN"
+                    )
         if commit is None:
             from catalog import EpochExpiredError
 
@@ -47,7 +51,9 @@ def create(
         tag = catalog.create_tag(
             name, epoch=commit.epoch, versions=dict(commit.versions), pipeline=commit.pipeline
         )
-    typer.echo(f"tag {tag.name} -> epoch {tag.epoch} {json.dumps(dict(tag.versions), sort_keys=True)}")
+    typer.echo(
+        f"tag {tag.name} -> epoch {tag.epoch} {json.dumps(dict(tag.versions), sort_keys=True)}"
+    )
 
 
 @tag_app.command("list")
@@ -73,8 +79,10 @@ def list_(
     if format == "json":
         typer.echo(json.dumps(records, indent=2))
         return
-    cells = [[r["name"], r["epoch"], json.dumps(r["versions"], sort_keys=True), r["created_at"]]
-             for r in records]
+    cells = [
+        [r["name"], r["epoch"], json.dumps(r["versions"], sort_keys=True), r["created_at"]]
+        for r in records
+    ]
     out.print(rows_table(["name", "epoch", "versions", "created_at"], cells, title="tags"))
 
 

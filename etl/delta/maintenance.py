@@ -27,12 +27,12 @@ from deltalake import DeltaTable
 from etl.delta.layout import hive_directory, normalize_location, serialize_partition_value
 from etl.delta.log import active_files, open_table
 from etl.delta.write import (
-    _STAGING_PREFIX,
+    STAGING_PREFIX,
     DataFile,
     Fence,
-    _file_statistics,
-    _filesystem,
     commit_files,
+    file_statistics,
+    filesystem,
 )
 
 LOG_DIR = "_delta_log"
@@ -92,7 +92,7 @@ def referenced_files(location: str, keep_versions: Iterable[int], *, keep_from: 
     Loads the table once at the oldest kept version and replays the JSON entries after it.
     """
     location = normalize_location(location)
-    fs, root = _filesystem(location)
+    fs, root = filesystem(location)
     latest = open_table(location, operation="vacuum").version()
     kept = {v for v in keep_versions if 0 <= v <= latest}
     keep_from = max(0, min(keep_from, latest))
@@ -125,7 +125,7 @@ def stored_files(location: str) -> list[StoredFile]:
     """Data files on storage: every ``*.parquet`` outside ``_delta_log`` and outside hidden
     (``_``/``.``) directories, which staging directories are (see :func:`staging_dirs`)."""
     location = normalize_location(location)
-    fs, root = _filesystem(location)
+    fs, root = filesystem(location)
     found = []
     for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
         if not info.is_file:
@@ -143,10 +143,10 @@ def staging_dirs(location: str) -> list[StoredFile]:
     """Staging directories of writes (a crashed batch leaves its own): size of their files
     and the newest modification time inside."""
     location = normalize_location(location)
-    fs, root = _filesystem(location)
+    fs, root = filesystem(location)
     dirs = []
     for info in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
-        if info.type != pafs.FileType.Directory or not info.base_name.startswith(_STAGING_PREFIX):
+        if info.type != pafs.FileType.Directory or not info.base_name.startswith(STAGING_PREFIX):
             continue
         inside = fs.get_file_info(pafs.FileSelector(info.path, recursive=True))
         times = [i.mtime.timestamp() for i in [info, *inside] if i.mtime is not None]
@@ -157,7 +157,7 @@ def staging_dirs(location: str) -> list[StoredFile]:
 
 def delete_paths(location: str, paths: Sequence[str], *, directories: bool = False) -> None:
     location = normalize_location(location)
-    fs, root = _filesystem(location)
+    fs, root = filesystem(location)
     for path in paths:
         try:
             if directories:
@@ -211,7 +211,7 @@ def compact(location: str, plan: CompactionPlan, *, fence: Fence) -> int | None:
     schema = pa.schema(table.schema().to_arrow())
     file_schema = pa.schema([f for f in schema if f.name not in partition_by])
     current = {f.path: f for f in active_files(table)}
-    fs, root = _filesystem(location)
+    fs, root = filesystem(location)
     written: list[DataFile] = []
     removes: list[str] = []
     for group in plan.groups:
@@ -232,7 +232,7 @@ def compact(location: str, plan: CompactionPlan, *, fence: Fence) -> int | None:
                 size=fs.get_file_info(f"{root}/{target}").size,
                 partition_values=values,
                 rows=metadata.num_rows,
-                stats=_file_statistics(metadata, file_schema),
+                stats=file_statistics(metadata, file_schema),
                 modification_time=int(time.time() * 1000),
             )
         )
@@ -270,7 +270,7 @@ def log_upkeep(location: str, *, keep_from_version: int, dry_run: bool = False) 
     the latest checkpoint is written last, so ``_last_checkpoint`` names it.
     """
     location = normalize_location(location)
-    fs, root = _filesystem(location)
+    fs, root = filesystem(location)
     commits, checkpoints = _log_versions(fs, root)
     latest = open_table(location, operation="checkpoint").version()
     keep_from = max(0, min(keep_from_version, latest))

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 _STRING_STATS_PREFIX = 32
 # Spark writes a batch's files here (one directory per batch) before they are moved into
 # the table: a leading underscore hides it from Delta readers and from Spark's listing.
-_STAGING_PREFIX = "_delta_barrier_staging-"
+STAGING_PREFIX = "_delta_barrier_staging-"
 # Footer reads and moves are I/O: on object storage each is a round trip.
 _PLACING_THREADS = 8
 _FILE_PREFIX = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -167,7 +167,7 @@ def _column_bounds(
     return low, high
 
 
-def _file_statistics(metadata: pq.FileMetaData, schema: pa.Schema) -> str:
+def file_statistics(metadata: pq.FileMetaData, schema: pa.Schema) -> str:
     """Delta per-file statistics (protocol, "Per-file Statistics") of the top-level
     primitive columns, from a Parquet footer; nested columns get none."""
     positions = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
@@ -200,7 +200,7 @@ class _StagedFile:
     partition_values: Mapping[str, str | None]
 
 
-def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     if location.startswith("/"):
         return pafs.LocalFileSystem(), location
     return pafs.FileSystem.from_uri(location)
@@ -227,7 +227,7 @@ def _place(fs: pafs.FileSystem, root: str, file: _StagedFile, schema: pa.Schema)
         size=fs.get_file_info(target).size,
         partition_values=dict(file.partition_values),
         rows=metadata.num_rows,
-        stats=_file_statistics(metadata, schema),
+        stats=file_statistics(metadata, schema),
         modification_time=int(time.time() * 1000),
     )
 
@@ -252,8 +252,8 @@ def write_files(
     location = normalize_location(location)
     partition_by = tuple(partition_by)
     _check_write_options(df, location, partition_by=partition_by, file_prefix=file_prefix)
-    fs, root = _filesystem(location)
-    staging = f"{_STAGING_PREFIX}{file_prefix}-{uuid.uuid4().hex}"
+    fs, root = filesystem(location)
+    staging = f"{STAGING_PREFIX}{file_prefix}-{uuid.uuid4().hex}"
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(df.schema, timezone="UTC")
@@ -295,7 +295,7 @@ def remove_staging(location: str) -> int:
     Vacuum would never do it, since it leaves directories starting with an underscore alone.
     """
     location = normalize_location(location)
-    fs, root = _filesystem(location)
+    fs, root = filesystem(location)
     try:
         entries = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
     except OSError:
@@ -303,7 +303,7 @@ def remove_staging(location: str) -> int:
     stale = [
         e.path
         for e in entries
-        if e.type == pafs.FileType.Directory and e.base_name.startswith(_STAGING_PREFIX)
+        if e.type == pafs.FileType.Directory and e.base_name.startswith(STAGING_PREFIX)
     ]
     for path in stale:
         fs.delete_dir(path)

@@ -250,8 +250,14 @@ def _compact_pipeline(
         try:
             fence = Fence(job.name, lease.generation)
             for table in outputs:
-                _compact_table(catalog, table, fence, _table_entry(report, table.name),
-                               small_file_bytes=small_file_bytes, min_files=min_files)
+                _compact_table(
+                    catalog,
+                    table,
+                    fence,
+                    _table_entry(report, table.name),
+                    small_file_bytes=small_file_bytes,
+                    min_files=min_files,
+                )
         finally:
             if taken is not None:
                 catalog.release_lease(taken)
@@ -317,7 +323,9 @@ def _vacuum_table(
         and info.writer_job not in held_leases
         and _aware(lease.expires_at) > datetime.now(UTC)
     )
-    stale_staging = [] if writer_live else [d for d in staging_dirs(info.location) if d.mtime < cutoff]
+    stale_staging = (
+        [] if writer_live else [d for d in staging_dirs(info.location) if d.mtime < cutoff]
+    )
     entry.files_removed += len(doomed)
     entry.bytes_removed += sum(f.size for f in doomed) + sum(d.size for d in stale_staging)
     entry.staging_removed += len(stale_staging)

@@ -24,7 +24,9 @@ POLICY = Retention(every_epoch_for="1d", tiers=[("1h", "7d"), ("1d", "365d")])
 
 def test_policy_round_trips_and_rejects_nonsense():
     assert Retention.from_json(POLICY.to_json()) == POLICY
-    assert POLICY.rule == "every epoch for 1d, then one cut per 1h for 1w, then one cut per 1d for 1y"
+    assert (
+        POLICY.rule == "every epoch for 1d, then one cut per 1h for 1w, then one cut per 1d for 1y"
+    )
     with pytest.raises(RetentionPolicyError):
         Retention(every_epoch_for="soon")
     with pytest.raises(RetentionPolicyError):
@@ -55,8 +57,9 @@ def test_a_simulated_year_of_ten_minute_epochs_keeps_exactly_the_tiers():
 @given(
     gaps=st.lists(st.integers(min_value=1, max_value=7200), min_size=1, max_size=200),
     every=st.sampled_from([None, "10m", "1h"]),
-    tiers=st.lists(st.tuples(st.sampled_from(["5m", "1h"]), st.sampled_from(["2h", "1d"])),
-                   max_size=2),
+    tiers=st.lists(
+        st.tuples(st.sampled_from(["5m", "1h"]), st.sampled_from(["2h", "1d"])), max_size=2
+    ),
     steps=st.lists(st.integers(min_value=0, max_value=20000), min_size=1, max_size=5),
 )
 def test_expiry_is_monotone_and_keeps_the_latest(gaps, every, tiers, steps):

@@ -37,21 +37,29 @@ class Env:
             source=FileSource("drops", path=self.incoming, format="json", schema=SCHEMA),
             output="orders",
         )
-        pipeline.sql("big", output="big", inputs=["orders"],
-                     query="SELECT id, amount FROM orders WHERE amount >= 10")
+        pipeline.sql(
+            "big",
+            output="big",
+            inputs=["orders"],
+            query="SELECT id, amount FROM orders WHERE amount >= 10",
+        )
         self.warehouse = root / "warehouse"
         self.catalog = load_catalog(None, warehouse=self.warehouse)
-        self.runner = Runner(pipeline, catalog=self.catalog, warehouse=str(self.warehouse),
-                             spark=spark)
+        self.runner = Runner(
+            pipeline, catalog=self.catalog, warehouse=str(self.warehouse), spark=spark
+        )
         self.spark = spark
         self.n = 0
 
     def epoch(self, hours: float, rows: int = 2) -> int:
         self.n += 1
         hidden = self.incoming / f".b{self.n}"
-        hidden.write_text("".join(
-            json.dumps({"id": self.n * 100 + i, "amount": float(i * 7)}) + "\n"
-            for i in range(rows)))
+        hidden.write_text(
+            "".join(
+                json.dumps({"id": self.n * 100 + i, "amount": float(i * 7)}) + "\n"
+                for i in range(rows)
+            )
+        )
         # FileSource cuts slices by modification time at the barrier (a synthetic clock)
         stamp = (BASE + timedelta(hours=hours)).timestamp() - 1
         os.utime(hidden, (stamp, stamp))
@@ -69,24 +77,33 @@ def _files(location: str) -> list[str]:
 
 
 def _duckdb(location: str, version: int) -> list[tuple]:
-    (ext,) = [f for f in importlib.metadata.files("duckdb-ext-delta")
-              if f.name == "delta.duckdb_extension"]
+    (ext,) = [
+        f
+        for f in importlib.metadata.files("duckdb-ext-delta")
+        if f.name == "delta.duckdb_extension"
+    ]
     con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
     con.execute(f"LOAD '{ext.locate()}'")
     con.execute(f"ATTACH 'file://{location}' AS t (TYPE delta)")
-    return sorted(con.execute(f"SELECT id, amount, _epoch FROM t AT (VERSION => {version})")
-                  .fetchall())
+    return sorted(
+        con.execute(f"SELECT id, amount, _epoch FROM t AT (VERSION => {version})").fetchall()
+    )
 
 
 def _all_readers(reader, env: Env, table: str) -> dict[str, list[tuple]]:
     version = reader.versions[table]
-    spark_rows = sorted(tuple(r) for r in reader.table(table).select("id", "amount", "_epoch")
-                        .collect())
+    spark_rows = sorted(
+        tuple(r) for r in reader.table(table).select("id", "amount", "_epoch").collect()
+    )
     arrow = reader.arrow(table, columns=["id", "amount", "_epoch"])
-    rs_rows = sorted(zip(*(arrow.column(c).to_pylist() for c in ("id", "amount", "_epoch")),
-                         strict=True))
-    return {"spark": spark_rows, "delta-rs": rs_rows,
-            "duckdb": _duckdb(env.location(table), version)}
+    rs_rows = sorted(
+        zip(*(arrow.column(c).to_pylist() for c in ("id", "amount", "_epoch")), strict=True)
+    )
+    return {
+        "spark": spark_rows,
+        "delta-rs": rs_rows,
+        "duckdb": _duckdb(env.location(table), version),
+    }
 
 
 def test_pinned_reader_survives_maintenance_and_expired_epoch_errors(tmp_path, spark):
@@ -98,8 +115,9 @@ def test_pinned_reader_survives_maintenance_and_expired_epoch_errors(tmp_path, s
     assert before["orders"]["spark"] == before["orders"]["duckdb"] == before["orders"]["delta-rs"]
     for i in range(3):  # new epochs arrive, maintenance runs repeatedly
         env.epoch(2 + i)
-        report = maintain(env.catalog, now=BASE + timedelta(hours=10 + i),
-                          orphan_age=timedelta(0), min_files=2)
+        report = maintain(
+            env.catalog, now=BASE + timedelta(hours=10 + i), orphan_age=timedelta(0), min_files=2
+        )
         assert e1 not in report.epochs_expired
         assert {t: _all_readers(reader, env, t) for t in ("orders", "big")} == before
     assert env.catalog.expiry_of(e2) is not None
