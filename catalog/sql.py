@@ -104,6 +104,7 @@ SUPPORTED_URLS = (
 # catalogs in different schemas of one database do not serialize against each other.
 _PG_LOCK_CLASS = 0x44425231
 _SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+_PG_IDLE_IN_TRANSACTION_SECONDS = 30
 _PG_CONNECT_TIMEOUT_SECONDS = 10
 _NAME_LENGTH = 128
 
@@ -590,9 +591,24 @@ class SqlCatalog(Catalog):
 
     def _create_engine(self) -> sa.Engine:
         if self.backend == "postgresql":
-            return sa.create_engine(
+            engine = sa.create_engine(
                 self._sa_url, connect_args={"connect_timeout": _PG_CONNECT_TIMEOUT_SECONDS}
             )
+
+            @sa.event.listens_for(engine, "connect")
+            def _on_pg_connect(dbapi_connection: Any, _record: object) -> None:
+                # A process frozen inside a catalog transaction (SIGSTOP, a VM pause) would
+                # hold the write lock for as long as it is frozen: the server ends such a
+                # transaction, the others go on, and the frozen process finds its
+                # connection gone when it wakes. (SQLite has no server to do this.)
+                with dbapi_connection.cursor() as cursor:
+                    cursor.execute(
+                        "SET idle_in_transaction_session_timeout = "
+                        f"'{_PG_IDLE_IN_TRANSACTION_SECONDS}s'"
+                    )
+                dbapi_connection.commit()
+
+            return engine
         if self._in_memory:
             engine = sa.create_engine(
                 "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}

@@ -197,3 +197,38 @@ def test_a_retired_jobs_lease_cannot_be_acquired(job_catalog):
         assert "retired" in str(raised.value)
     job_catalog.register_job(JobSpec("j", "t", source="s"))
     assert job_catalog.acquire_lease("j", "a", ttl_seconds=30).generation == lease.generation
+
+
+@pytest.mark.postgres
+def test_a_process_frozen_inside_a_catalog_transaction_does_not_block_postgresql(
+    postgres_url, monkeypatch
+):
+    import threading
+    import time
+
+    import catalog.sql
+
+    monkeypatch.setattr(catalog.sql, "_PG_IDLE_IN_TRANSACTION_SECONDS", 1)
+    frozen = catalog.sql.SqlCatalog(postgres_url)
+    other = catalog.sql.SqlCatalog(postgres_url)
+    holding = threading.Event()
+    outcome: dict[str, BaseException] = {}
+
+    def freeze() -> None:
+        try:
+            with frozen._write():  # holds the catalog's write lock, then stops responding
+                holding.set()
+                time.sleep(4)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=freeze)
+    thread.start()
+    assert holding.wait(10)
+    started = time.monotonic()
+    other.open_epoch()  # waits for the write lock: granted once the server ends the frozen one
+    assert time.monotonic() - started < 3.5
+    thread.join()
+    assert "error" in outcome  # the frozen process finds its transaction gone when it wakes
+    frozen.close()
+    other.close()
