@@ -65,10 +65,9 @@ def next_attempt(catalog: Catalog, tables: Iterable[str], batch: EpochBatch) -> 
     attempt that died before the catalog heard of it, and recovery tells attempts apart
     by their number.
     """
-    seen = 0
+    tables = list(tables)
+    seen = catalog.max_attempt(tables, batch.last)
     for table in tables:
-        history = catalog.state_history(table, epoch=batch.last)
-        seen = max([seen, *(h.attempt for h in history)])
         sealed = catalog.latest_written([table]).get(table)
         location = catalog.get_table(table).location
         for commit in log_commits(location, after_version=sealed.delta_version if sealed else None):
