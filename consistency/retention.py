@@ -83,14 +83,14 @@ class Retention:
         every_epoch_for: str | float | timedelta | None = None,
         tiers: Iterable[Tier | tuple[object, object]] = (),
     ) -> None:
-        every = None if every_epoch_for is None else parse_duration(every_epoch_for)  # type: ignore[arg-type]
+        every = None if every_epoch_for is None else parse_duration(every_epoch_for)
         parsed: list[Tier] = []
         for tier in tiers:
             if isinstance(tier, Tier):
                 parsed.append(tier)
                 continue
             try:
-                step, keep = tier  # type: ignore[misc]
+                step, keep = tier
             except (TypeError, ValueError):
                 raise RetentionPolicyError(
                     f"tier {tier!r} must be a pair (every, keep_for), e.g. ('1h', '7d')"

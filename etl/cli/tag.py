@@ -44,10 +44,9 @@ def create(
                     raise UsageError(
                         f"epoch {epoch} is not a COMMIT cut: not every table has it WRITTEN"
                     )
-        if commit is None:
-            from catalog import EpochExpiredError
+                from catalog import EpochExpiredError
 
-            raise EpochExpiredError(epoch=epoch, rule=expiry.rule, expired_at=expiry.expired_at)
+                raise EpochExpiredError(epoch=epoch, rule=expiry.rule, expired_at=expiry.expired_at)
         tag = catalog.create_tag(
             name, epoch=commit.epoch, versions=dict(commit.versions), pipeline=commit.pipeline
         )

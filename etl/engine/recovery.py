@@ -109,10 +109,10 @@ def _recover(
             complete = {(a.epoch, a.attempt) for a in plan.actions if isinstance(a, SealAction)}
 
     for table in tables:
-        plan = plans[table]
-        for action in plan.actions:
+        table_plan = plans[table]
+        for action in table_plan.actions:
             if isinstance(action, RollbackAction):
-                steps.append(_rollback(engine.catalog, job, table, action, plan, lease))
+                steps.append(_rollback(engine.catalog, job, table, action, table_plan, lease))
 
     for action in plans[job.output].actions:
         if not isinstance(action, SealAction):

@@ -135,8 +135,9 @@ def _keep_versions(
                     keep[table].add(row.delta_version)
                 sealed = row.delta_version if sealed is None else max(sealed, row.delta_version)
         keep_from[table] = 0 if sealed is None else sealed
-    for holder in [*pins, *tags]:
-        for table, version in holder.versions.items():
+    held: list[Mapping[str, int]] = [pin.versions for pin in pins] + [t.versions for t in tags]
+    for versions in held:
+        for table, version in versions.items():
             if table in keep:
                 keep[table].add(int(version))
     return keep, keep_from
