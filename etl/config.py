@@ -131,7 +131,10 @@ def _defaults_of(command: Any, by_param: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _accepts(param: Any, value: Any) -> bool:
-    choices = getattr(param.type, "choices", None)
+    descriptor = getattr(param, "type_descriptor", None)
+    choices = getattr(descriptor, "choices", None) if descriptor is not None else None
+    if choices is None:
+        choices = getattr(getattr(param, "type", None), "choices", None)
     if choices is None:
         return True
     names = {getattr(c, "value", c) for c in choices}

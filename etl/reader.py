@@ -93,7 +93,7 @@ def parse_query(sql: str) -> ParsedQuery:
 
 
 def _position(statement: exp.Expression, name: str) -> int:
-    for index, table in enumerate(statement.find_all(exp.Table)):
+    for index, table in enumerate(statement.find_all(exp.Table, bfs=False)):
         if ".".join(part.name for part in table.parts).lower() == name.lower():
             return index
     return 0

@@ -148,6 +148,13 @@ def open_catalog(warehouse: Path, catalog_url: str | None, *, create: bool = Fal
             )
     try:
         return load_catalog(catalog_url, warehouse=warehouse, create=create)
+    except ValueError:
+        # SQLAlchemy cannot split the URL (often an unencoded @, : or / in the password);
+        # its message would quote the URL, so it is not passed on.
+        raise UsageError(
+            "the catalog URL does not parse: percent-encode special characters of the user "
+            "and password (@ as %40, : as %3A, / as %2F)"
+        ) from None
     except CatalogNotFoundError as exc:
         raise UsageError(
             f"{exc}; read commands never create a catalog: check --catalog / --warehouse, "
