@@ -40,11 +40,60 @@ class ParsedQuery:
     tables: tuple[str, ...]
     """Real tables the query reads, in order of appearance, as written (case kept)."""
 
-    def for_duckdb(self, names: Mapping[str, str] | None = None) -> str:
-        """The query in DuckDB's dialect (Spark hints, which DuckDB has none of, dropped)."""
+    def for_duckdb(self, schema: Mapping[str, Mapping[str, str]] | None = None) -> str:
+        """The query in DuckDB's dialect (Spark hints, which DuckDB has none of, dropped).
+
+        With the tables' ``schema`` ({table: {column: Spark type}}), Spark's typing rules
+        that DuckDB lacks are applied: AVG of DECIMAL(p, s) is DECIMAL(p+4, s+4) in Spark
+        (a DOUBLE in DuckDB), so the DuckDB answer is cast to it.
+        """
         from sqlglot.errors import ErrorLevel
 
-        return self.expression.sql(dialect="duckdb", unsupported_level=ErrorLevel.IGNORE)
+        expression = self.expression
+        if schema:
+            expression = _spark_decimal_averages(expression, schema)
+        return expression.sql(dialect="duckdb", unsupported_level=ErrorLevel.IGNORE)
+
+
+def _spark_decimal_averages(
+    expression: exp.Query, schema: Mapping[str, Mapping[str, str]]
+) -> exp.Query:
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.optimizer.qualify import qualify
+
+    try:
+        typed = qualify(
+            expression.copy(),
+            schema={k: dict(v) for k, v in schema.items()},
+            dialect="spark",
+            validate_qualify_columns=False,
+            quote_identifiers=False,
+        )
+        annotate_types(typed, schema={k: dict(v) for k, v in schema.items()}, dialect="spark")
+    except Exception:  # noqa: BLE001 - typing is best effort; the query still runs
+        return expression
+    types = [avg.this.type for avg in typed.find_all(exp.Avg, bfs=False)]
+    result = expression.copy()
+    originals = list(result.find_all(exp.Avg, bfs=False))
+    if len(types) != len(originals):
+        return expression
+    for avg, kind in zip(originals, types, strict=True):
+        if kind is None or not kind.is_type(exp.DataType.Type.DECIMAL):
+            continue
+        params = [p.this.name if hasattr(p.this, "name") else p.name for p in kind.expressions]
+        try:
+            precision, scale = (int(params[0]), int(params[1])) if len(params) == 2 else (10, 0)
+        except ValueError:
+            continue
+        scale_out = min(scale + 4, 38)
+        target = exp.DataType.build(f"DECIMAL({min(precision + 4, 38)}, {scale_out})")
+        name = f"avg({avg.this.sql(dialect='spark')})"
+        cast = exp.Cast(this=avg.copy(), to=target)
+        if isinstance(avg.parent, exp.Select):
+            avg.replace(exp.alias_(cast, name, quoted=True))
+        else:
+            avg.replace(cast)
+    return result
 
 
 def parse_query(sql: str) -> ParsedQuery:
@@ -336,7 +385,7 @@ class SnapshotReader:
 
         connection = self.duckdb()
         try:
-            text = parsed.for_duckdb()
+            text = parsed.for_duckdb(self._spark_types(self._names_in(parsed)))
             if limit is not None:
                 text = f"SELECT * FROM ({text}) AS __q LIMIT {int(limit)}"
             try:
@@ -348,6 +397,19 @@ class SnapshotReader:
             connection.close()
             with contextlib.suppress(ValueError):
                 self._connections.remove(connection)
+
+    def _spark_types(self, names: Iterable[str]) -> dict[str, dict[str, str]]:
+        """Per table, column -> Spark SQL type (from the catalog's Delta schema)."""
+        types: dict[str, dict[str, str]] = {}
+        for name in names:
+            schema_json = self.catalog.get_table(name).schema_json
+            if not schema_json:
+                continue
+            fields = json.loads(schema_json).get("fields", [])
+            types[name] = {
+                f["name"]: f["type"] if isinstance(f["type"], str) else "STRUCT<>" for f in fields
+            }
+        return types
 
     def arrow(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
         """The table as Arrow through delta-rs, without Spark (small data)."""

@@ -128,7 +128,8 @@ WORDCOUNT_QUERIES = [
 SHOP_QUERIES = [
     "SELECT f.customer, sum(f.amount) AS detail, t.total, t.orders, t.tier FROM order_facts f "
     "JOIN customer_totals t USING (customer) GROUP BY f.customer, t.total, t.orders, t.tier",
-    "SELECT size, count(*) AS n, avg(item_price) AS avg_price, max(amount) AS top FROM order_facts "
+    "SELECT size, count(*) AS n, avg(item_price) AS avg_price, avg(amount), max(amount) AS top "
+    "FROM order_facts "
     "GROUP BY size",
     "SELECT o.order_id, o.amount, f.item_price, f.size FROM orders o JOIN order_facts f "
     "USING (order_id) WHERE o.items = 0",
