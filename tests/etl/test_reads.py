@@ -264,8 +264,8 @@ def test_csv_and_json_into_a_closed_pipe_exit_quietly(wordcount):
     for fmt in ("csv", "json", "table"):
         shell = subprocess.run(
             f"{Path(os.sys.executable).with_name('etl')} sql 'SELECT w1.word FROM words w1 CROSS JOIN words w2 CROSS JOIN words w3 CROSS JOIN words w4' "
-            f"--limit 100000 --format {fmt} --warehouse {wordcount.warehouse} | head -c 10",
-            shell=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+            f"--limit 100000 --format {fmt} --warehouse {wordcount.warehouse} | head -n 2",
+            shell=True, capture_output=True, text=True, errors="replace", env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
         )
         assert "Traceback" not in shell.stderr and "Broken" not in shell.stderr, shell.stderr
         assert "error" not in shell.stderr.lower(), shell.stderr
@@ -288,7 +288,8 @@ def test_read_commands_work_on_a_read_only_warehouse(wordcount, tmp_path):
             assert result.returncode == 0, (args, result.stderr)
     finally:
         for path in modes:
-            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+            if path.exists():
+                path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
 
 @pytest.mark.parametrize(
