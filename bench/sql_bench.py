@@ -37,7 +37,11 @@ def _etl(*args: str, cwd: Path) -> float:
     started = time.perf_counter()
     result = subprocess.run(
         [str(Path(sys.executable).with_name("etl")), *args],
-        cwd=cwd, env=env, capture_output=True, text=True, check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     elapsed = time.perf_counter() - started
     if result.returncode != 0:
@@ -53,12 +57,21 @@ def main() -> dict:
         pipeline = str(REPO / "examples" / "wordcount" / "pipeline.py")
         for name, words in (("a.txt", "apple pear apple"), ("b.txt", "pear fig kiwi")):
             (incoming / name).write_text("\n".join(words.split()) + "\n")
-            _etl("run", pipeline, "--once", "--param", f"input_dir={incoming}",
-                 "--master", "local[1]", cwd=root)
+            _etl(
+                "run",
+                pipeline,
+                "--once",
+                "--param",
+                f"input_dir={incoming}",
+                "--master",
+                "local[1]",
+                cwd=root,
+            )
         sql = ("sql", QUERY, "--consistency", "repeatable-read", "--format", "csv")
         duck = [_etl(*sql, "--engine", "duckdb", cwd=root) for _ in range(RUNS)]
-        spark = [_etl(*sql, "--engine", "spark", "--master", "local[1]", cwd=root)
-                 for _ in range(RUNS)]
+        spark = [
+            _etl(*sql, "--engine", "spark", "--master", "local[1]", cwd=root) for _ in range(RUNS)
+        ]
 
         sys.path.insert(0, str(REPO))
         from catalog import load_catalog

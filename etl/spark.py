@@ -77,7 +77,9 @@ def check_master(master: str) -> None:
 
     if master.startswith("local"):
         if not re.fullmatch(r"local(\[(\*|\d+)(,\s*\d+)?\])?", master):
-            raise UsageError(f"--master {master!r} is not a local master; use local, local[N] or local[*]")
+            raise UsageError(
+                f"--master {master!r} is not a local master; use local, local[N] or local[*]"
+            )
         return
     if not master.startswith("spark://"):
         return  # yarn, k8s://...: Spark checks them itself

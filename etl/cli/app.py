@@ -229,9 +229,10 @@ def _global(
         ),
     ] = False,
     verbose: Annotated[
-        int, typer.Option(
+        int,
+        typer.Option(
             "--verbose", "-v", count=True, show_default=False, help="More log lines (-vv: debug)."
-        )
+        ),
     ] = 0,
     log_level: Annotated[
         LogLevel | None,
@@ -239,7 +240,9 @@ def _global(
     ] = None,
     spark_ui: Annotated[
         bool,
-        typer.Option("--spark-ui", help="Turn the Spark web UI on (off by default); prints its URL."),
+        typer.Option(
+            "--spark-ui", help="Turn the Spark web UI on (off by default); prints its URL."
+        ),
     ] = False,
 ) -> None:
     """Delta Barrier: consistent multi-table ETL on Spark and Delta Lake."""

@@ -50,7 +50,9 @@ def snapshot_command(
     what = targets[0] if len(targets) == 1 else targets
     with (
         open_catalog(warehouse, catalog_url) as catalog,
-        snapshot(catalog, what, consistency.value, as_of_epoch=as_of_epoch, as_of_time=when) as snap,
+        snapshot(
+            catalog, what, consistency.value, as_of_epoch=as_of_epoch, as_of_time=when
+        ) as snap,
     ):
         cut = snap.describe()
     if format is TableOrJson.JSON:

@@ -71,7 +71,10 @@ def time_travel(
 @app.command()
 @guard
 def sql(
-    query: Annotated[str, typer.Argument(metavar="QUERY", help="A SELECT over the pipeline's tables (Spark SQL).")],
+    query: Annotated[
+        str,
+        typer.Argument(metavar="QUERY", help="A SELECT over the pipeline's tables (Spark SQL)."),
+    ],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
     consistency: ConsistencyOption = Consistency.REPEATABLE_READ,
@@ -91,7 +94,9 @@ def sql(
     limit: Annotated[int, typer.Option(help="At most this many rows are printed.", min=0)] = 1000,
     master: Annotated[
         str | None,
-        typer.Option(envvar="ETL_SPARK_MASTER", metavar="URL", help="Spark master (--engine spark)."),
+        typer.Option(
+            envvar="ETL_SPARK_MASTER", metavar="URL", help="Spark master (--engine spark)."
+        ),
     ] = None,
 ) -> None:
     """Run a query on a consistent snapshot of the tables it names.

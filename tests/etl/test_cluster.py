@@ -14,9 +14,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pyspark
 import pytest
 
-import pyspark
 from catalog import load_catalog
 from etl.reader import snapshot
 from tests.support.cli_runner import REPO, etl
@@ -57,18 +57,40 @@ def cluster(tmp_path):
     port = _free_port()
     logs = open(tmp_path / "cluster.log", "w")  # noqa: SIM115 - closed below
     master = subprocess.Popen(
-        [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master",
-         "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(_free_port())],
-        env=env, stdout=logs, stderr=subprocess.STDOUT,
+        [
+            str(SPARK_CLASS),
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(_free_port()),
+        ],
+        env=env,
+        stdout=logs,
+        stderr=subprocess.STDOUT,
     )
     worker = None
     try:
         _wait_port(port)
         worker = subprocess.Popen(
-            [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker",
-             "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
-             "--webui-port", str(_free_port()), f"spark://127.0.0.1:{port}"],
-            env=env, stdout=logs, stderr=subprocess.STDOUT,
+            [
+                str(SPARK_CLASS),
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(_free_port()),
+                f"spark://127.0.0.1:{port}",
+            ],
+            env=env,
+            stdout=logs,
+            stderr=subprocess.STDOUT,
         )
         time.sleep(5)  # the worker registers with the master
         yield f"spark://127.0.0.1:{port}"
@@ -90,9 +112,18 @@ def test_wordcount_chain_on_a_standalone_cluster(cluster, tmp_path):
     (incoming / "a.txt").write_text("\n".join(words) + "\n")
     warehouse = tmp_path / "warehouse"
     result = etl(
-        "run", REPO / "examples" / "wordcount" / "pipeline.py", "--once",
-        "--param", f"input_dir={incoming}", "--warehouse", warehouse, "--master", cluster,
-        cwd=tmp_path, timeout=900, SPARK_LOCAL_IP="127.0.0.1",
+        "run",
+        REPO / "examples" / "wordcount" / "pipeline.py",
+        "--once",
+        "--param",
+        f"input_dir={incoming}",
+        "--warehouse",
+        warehouse,
+        "--master",
+        cluster,
+        cwd=tmp_path,
+        timeout=900,
+        SPARK_LOCAL_IP="127.0.0.1",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     catalog = load_catalog(warehouse=warehouse, create=False)
