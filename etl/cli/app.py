@@ -127,10 +127,28 @@ CatalogUrl = Annotated[
     ),
 ]
 
+
+def _complete_levels(incomplete: str) -> list[str]:
+    return [level.value for level in Consistency if level.value.startswith(incomplete)]
+
+
 ConsistencyOption = Annotated[
-    Consistency,
-    typer.Option("--consistency", case_sensitive=False, help="Consistency level of the read."),
+    str,
+    typer.Option(
+        "--consistency",
+        metavar="[" + "|".join(level.value for level in Consistency) + "]",
+        autocompletion=_complete_levels,
+        help="Consistency level of the read (RU, RC, RR also accepted).",
+    ),
 ]
+
+
+def parse_consistency(text: str | Consistency) -> Consistency:
+    """``--consistency`` checked (forgiving: case, separators, RU/RC/RR); exit 2 listing
+    the levels otherwise."""
+    from consistency import parse_level
+
+    return Consistency(parse_level(str(getattr(text, "value", text))).value)
 
 
 def open_catalog(warehouse: Path, catalog_url: str | None, *, create: bool = False) -> Catalog:
@@ -342,5 +360,6 @@ __all__ = [
     "guard",
     "main",
     "open_catalog",
+    "parse_consistency",
     "parse_params",
 ]

@@ -16,6 +16,7 @@ from etl.cli.app import (
     app,
     guard,
     open_catalog,
+    parse_consistency,
 )
 from etl.cli.render import print_json, print_rows
 from etl.cli.sql import AsOfEpoch, AsOfTime, time_travel
@@ -30,7 +31,7 @@ def snapshot_command(
     ],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    consistency: ConsistencyOption = Consistency.REPEATABLE_READ,
+    consistency: ConsistencyOption = Consistency.REPEATABLE_READ.value,
     as_of_epoch: AsOfEpoch = None,
     as_of_time: AsOfTime = None,
     format: Annotated[
@@ -44,15 +45,14 @@ def snapshot_command(
 
     Example: etl snapshot words word_counts cnt_counts --format json
     """
-    when = time_travel(consistency, as_of_epoch, as_of_time)
+    level = parse_consistency(consistency)
+    when = time_travel(level, as_of_epoch, as_of_time)
     from etl.reader import snapshot
 
     what = targets[0] if len(targets) == 1 else targets
     with (
         open_catalog(warehouse, catalog_url) as catalog,
-        snapshot(
-            catalog, what, consistency.value, as_of_epoch=as_of_epoch, as_of_time=when
-        ) as snap,
+        snapshot(catalog, what, level.value, as_of_epoch=as_of_epoch, as_of_time=when) as snap,
     ):
         cut = snap.describe()
     if format is TableOrJson.JSON:

@@ -21,6 +21,7 @@ from etl.cli.app import (
     app,
     guard,
     open_catalog,
+    parse_consistency,
 )
 from etl.cli.render import err, print_arrow
 from etl.errors import UsageError
@@ -77,7 +78,7 @@ def sql(
     ],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    consistency: ConsistencyOption = Consistency.REPEATABLE_READ,
+    consistency: ConsistencyOption = Consistency.REPEATABLE_READ.value,
     as_of_epoch: AsOfEpoch = None,
     as_of_time: AsOfTime = None,
     engine: Annotated[
@@ -106,16 +107,15 @@ def sql(
 
     Example: etl sql "SELECT cnt, words FROM cnt_counts" --consistency repeatable-read
     """
-    when = time_travel(consistency, as_of_epoch, as_of_time)
+    level = parse_consistency(consistency)
+    when = time_travel(level, as_of_epoch, as_of_time)
     from etl.reader import parse_query, snapshot
 
     parse_query(query)  # a syntax error is reported before anything opens
     with (
         open_catalog(warehouse, catalog_url) as catalog,
         # Resolved before any engine starts: an unknown table or epoch is reported at once.
-        snapshot(
-            catalog, query, consistency.value, as_of_epoch=as_of_epoch, as_of_time=when
-        ) as reader,
+        snapshot(catalog, query, level.value, as_of_epoch=as_of_epoch, as_of_time=when) as reader,
     ):
         barrier = reader.barrier_ts
         err.print(
