@@ -4,53 +4,209 @@ and read every table through it, from Spark or from lighter engines.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.optimizer.scope import build_scope
 
 from catalog import Catalog, UnknownTableError
 from consistency import Level, Snapshot, parse_level, resolve_snapshot
 from etl.delta import read_arrow, read_table, table_version
-from etl.errors import SqlTablesError
+from etl.errors import SqlTablesError, UsageError
+from etl.timestamps import as_utc
 
 if TYPE_CHECKING:
+    import duckdb
     import pandas as pd
+    import polars as pl
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from etl.retention.pins import PinHolder
 
 
-def tables_in_sql(sql: str) -> list[str]:
-    """The table names a SQL text reads (CTE names excluded), in order of appearance."""
+@dataclass(frozen=True)
+class ParsedQuery:
+    """A read query: its text, its parsed form (Spark SQL) and the tables it reads."""
+
+    text: str
+    expression: exp.Query
+    tables: tuple[str, ...]
+    """Real tables the query reads, in order of appearance, as written (case kept)."""
+
+    def for_duckdb(self, schema: Mapping[str, Mapping[str, str]] | None = None) -> str:
+        """The query in DuckDB's dialect (Spark hints, which DuckDB has none of, dropped).
+
+        With the tables' ``schema`` ({table: {column: Spark type}}), Spark's typing rules
+        that DuckDB lacks are applied: AVG of DECIMAL(p, s) is DECIMAL(p+4, s+4) in Spark
+        (a DOUBLE in DuckDB), so the DuckDB answer is cast to it.
+        """
+        from sqlglot.errors import ErrorLevel
+
+        expression = self.expression
+        if schema:
+            expression = _spark_decimal_averages(expression, schema)
+        return expression.sql(dialect="duckdb", unsupported_level=ErrorLevel.IGNORE)
+
+
+def _spark_decimal_averages(
+    expression: exp.Query, schema: Mapping[str, Mapping[str, str]]
+) -> exp.Query:
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.optimizer.qualify import qualify
+
     try:
-        statements = sqlglot.parse(sql, read="spark")
-    except sqlglot.errors.ParseError as exc:
-        raise SqlTablesError(sql=sql, problem=f"cannot parse the SQL: {exc}") from exc
-    names: list[str] = []
-    for statement in statements:
-        if statement is None:
+        typed = qualify(
+            expression.copy(),
+            schema={k: dict(v) for k, v in schema.items()},
+            dialect="spark",
+            validate_qualify_columns=False,
+            quote_identifiers=False,
+        )
+        annotate_types(typed, schema={k: dict(v) for k, v in schema.items()}, dialect="spark")
+    except Exception:  # noqa: BLE001 - typing is best effort; the query still runs
+        return expression
+    types = [avg.this.type for avg in typed.find_all(exp.Avg, bfs=False)]
+    result = expression.copy()
+    originals = list(result.find_all(exp.Avg, bfs=False))
+    if len(types) != len(originals):
+        return expression
+    for avg, kind in zip(originals, types, strict=True):
+        if kind is None or not kind.is_type(exp.DataType.Type.DECIMAL):
             continue
-        ctes = {cte.alias_or_name for cte in statement.find_all(exp.CTE)}
-        for table in statement.find_all(exp.Table):
-            name = table.name
-            if name and name not in ctes and name not in names:
-                names.append(name)
-    if not names:
+        params = [p.this.name if hasattr(p.this, "name") else p.name for p in kind.expressions]
+        try:
+            precision, scale = (int(params[0]), int(params[1])) if len(params) == 2 else (10, 0)
+        except ValueError:
+            continue
+        scale_out = min(scale + 4, 38)
+        target = exp.DataType.build(f"DECIMAL({min(precision + 4, 38)}, {scale_out})")
+        name = f"avg({avg.this.sql(dialect='spark')})"
+        cast = exp.Cast(this=avg.copy(), to=target)
+        if isinstance(avg.parent, exp.Select):
+            avg.replace(exp.alias_(cast, name, quoted=True))
+        else:
+            avg.replace(cast)
+    return result
+
+
+def parse_query(sql: str) -> ParsedQuery:
+    """Parse one read query (Spark SQL) and find the tables it reads by scope analysis.
+
+    A name counts as a table when a query scope selects from it and it is not a CTE or
+    derived table visible in that scope: so a CTE hides a table of the same name only
+    where the CTE is in scope, a hint's arguments (``/*+ BROADCAST(w) */``) and aliases
+    are not tables, and table-valued functions are not tables. Raises SqlTablesError for
+    text that does not parse (the message says where, without sqlglot's internals), for
+    more than one statement, and for anything but a query (INSERT, DROP, ...).
+    """
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="spark") if s is not None]
+    except sqlglot.errors.ParseError as exc:
+        raise SqlTablesError(sql=sql, problem=_parse_problem(exc)) from None
+    except sqlglot.errors.TokenError as exc:
+        raise SqlTablesError(sql=sql, problem=f"cannot read the SQL: {_plain(str(exc))}") from None
+    if not statements:
+        raise SqlTablesError(sql=sql, problem="the SQL is empty")
+    if len(statements) > 1:
+        raise SqlTablesError(sql=sql, problem="give one query, not several statements")
+    (statement,) = statements
+    if not isinstance(statement, exp.Query):
+        kind = statement.key.upper()
+        raise SqlTablesError(
+            sql=sql, problem=f"only queries (SELECT, WITH ... SELECT) are read, not {kind}"
+        )
+    root = build_scope(statement)
+    names: list[str] = []
+    seen: set[str] = set()
+    if root is not None:
+        for scope in root.traverse():
+            for source in scope.sources.values():
+                if not isinstance(source, exp.Table) or not source.name:
+                    continue  # a CTE, a derived table, a table-valued function
+                if not isinstance(source.this, exp.Identifier):
+                    continue
+                name = ".".join(part.name for part in source.parts)
+                if name.lower() not in seen:
+                    seen.add(name.lower())
+                    names.append(name)
+    # Scopes are visited innermost first; report tables in the order the text names them.
+    names.sort(key=lambda n: _position(statement, n))
+    return ParsedQuery(text=sql, expression=statement, tables=tuple(names))
+
+
+def _position(statement: exp.Expression, name: str) -> int:
+    for index, table in enumerate(statement.find_all(exp.Table, bfs=False)):
+        if ".".join(part.name for part in table.parts).lower() == name.lower():
+            return index
+    return 0
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _plain(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+def _parse_problem(exc: sqlglot.errors.ParseError) -> str:
+    """A parse error in words: where, and what (never sqlglot's class names or ANSI codes)."""
+    if not exc.errors:
+        return f"cannot parse the SQL: {_plain(str(exc)).splitlines()[0]}"
+    first = exc.errors[0]
+    description = str(first.get("description") or "syntax error")
+    if description.startswith("Required keyword") or "missing for <class" in description:
+        description = "incomplete expression"
+    description = re.sub(r"\s*for <class [^>]*>", "", description)
+    near = _plain(str(first.get("highlight") or "")).strip()
+    before = _plain(str(first.get("start_context") or "")).strip()
+    where = f"line {first.get('line')}, column {first.get('col')}"
+    if near:
+        where += f", at {near!r}"
+    elif before:
+        where += f", after {before[-30:]!r}"
+    return f"cannot parse the SQL: {description} ({where})"
+
+
+def tables_in_sql(sql: str) -> list[str]:
+    """The table names a SQL query reads (CTEs, aliases, hints excluded), in order of appearance."""
+    tables = list(parse_query(sql).tables)
+    if not tables:
         raise SqlTablesError(sql=sql, problem="the SQL reads no table")
-    return names
+    return tables
+
+
+class SnapshotClosedError(UsageError):
+    """A read through a snapshot after it was closed (its versions are no longer protected)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the snapshot is closed: read inside `with snapshot(...) as snap:`, "
+            "or resolve a new snapshot"
+        )
 
 
 class SnapshotReader:
     """Reads tables at the versions of one resolved snapshot.
 
     Every read through it uses the snapshot's versions, so a repeatable-read snapshot
-    returns the same answer every time it is asked.
+    returns the same answer every time it is asked. Use it as a context manager
+    (``with snapshot(...) as snap:``): it holds what the snapshot needs while open (a
+    catalog pin once retention protects cuts) and :meth:`close` releases it, closing the
+    DuckDB connections it handed out.
+
+    Engines: Spark (:meth:`table`, :meth:`sql`), and without Spark DuckDB
+    (:meth:`duckdb`, :meth:`query`), Arrow (:meth:`arrow`), Polars (:meth:`polars`) and
+    pandas (:meth:`pandas`). :meth:`describe` gives the cut as data for any Delta reader.
     """
 
     def __init__(
@@ -65,20 +221,48 @@ class SnapshotReader:
         self.snapshot = snapshot
         self._spark = spark
         self._locations = {t: catalog.get_table(t).location for t in snapshot.versions}
-        # Retention (issue 11): the pin protecting the snapshot's files while it is open.
+        # Retention: the pin protecting the snapshot's files while it is open.
         self.pin = pin
         self._release_pin = weakref.finalize(self, pin.close) if pin is not None else None
+        self._connections: list[duckdb.DuckDBPyConnection] = []
+        self._closed = False
+
+    # -- lifetime ----------------------------------------------------------------------
+
+    def __enter__(self) -> SnapshotReader:
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
-        """Release the snapshot's pin (retention may then clean up what it read)."""
+        """Release the snapshot: its retention pin (maintenance may then clean up what it
+        read), the DuckDB connections from :meth:`duckdb`; reads through it raise
+        SnapshotClosedError. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for connection in self._connections:
+            with contextlib.suppress(Exception):
+                connection.close()
+        self._connections.clear()
         if self._release_pin is not None:
             self._release_pin()
 
-    def __enter__(self) -> SnapshotReader:
-        return self
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SnapshotClosedError()
+
+    def use_spark(self, spark: SparkSession) -> None:
+        """Read through ``spark`` (for example one built for a cluster master) from now on."""
+        self._spark = spark
+
+    # -- the cut -----------------------------------------------------------------------
 
     @property
     def level(self) -> Level:
@@ -89,8 +273,50 @@ class SnapshotReader:
         return self.snapshot.epoch
 
     @property
+    def barrier_ts(self) -> datetime | None:
+        """The barrier timestamp of the snapshot's epoch (repeatable-read): how old the cut is."""
+        return self.snapshot.barrier_ts
+
+    @property
     def versions(self):
         return self.snapshot.versions
+
+    @property
+    def locations(self) -> Mapping[str, str]:
+        """Per table, where its Delta log lives."""
+        return dict(self._locations)
+
+    def describe(self) -> dict[str, Any]:
+        """The cut as data: what any Delta reader needs to read the same snapshot.
+
+        ``{"level", "epoch", "barrier_ts", "tables": [{"table", "location", "uri",
+        "version", "epoch"}]}``; ``version`` None means the table has nothing visible at
+        this level (read it as empty).
+        """
+        barrier = self.snapshot.barrier_ts
+        return {
+            "level": self.level.value,
+            "epoch": self.epoch,
+            "barrier_ts": as_utc(barrier).isoformat() if barrier is not None else None,
+            "tables": [
+                {
+                    "table": name,
+                    "location": location,
+                    "uri": _uri(location),
+                    "version": self.snapshot.versions[name],
+                    "epoch": self.snapshot.epochs.get(name),
+                }
+                for name, location in self._locations.items()
+            ],
+        }
+
+    def _check(self, table: str) -> str:
+        self._check_open()
+        if table not in self._locations:
+            raise UnknownTableError(table)
+        return self._locations[table]
+
+    # -- Spark -------------------------------------------------------------------------
 
     def _spark_session(self) -> SparkSession:
         if self._spark is None:
@@ -98,11 +324,6 @@ class SnapshotReader:
 
             self._spark = build_spark()
         return self._spark
-
-    def _check(self, table: str) -> str:
-        if table not in self._locations:
-            raise UnknownTableError(table)
-        return self._locations[table]
 
     def table(self, name: str) -> DataFrame:
         """The table as a Spark DataFrame at the snapshot's version."""
@@ -129,11 +350,86 @@ class SnapshotReader:
 
     def sql(self, query: str) -> DataFrame:
         """Run SQL over temporary views of the snapshot's tables (in a private Spark session)."""
+        parsed = parse_query(query)
         session = self._spark_session().newSession()
-        for name in tables_in_sql(query):
-            if name in self._locations:
-                self._read(session, name).createOrReplaceTempView(name)
+        for name in self._names_in(parsed):
+            self._read(session, name).createOrReplaceTempView(name)
         return session.sql(query)
+
+    def _names_in(self, parsed: ParsedQuery) -> list[str]:
+        by_lower = {t.lower(): t for t in self._locations}
+        return [by_lower[n.lower()] for n in parsed.tables if n.lower() in by_lower]
+
+    # -- without Spark -----------------------------------------------------------------
+
+    def duckdb(self) -> duckdb.DuckDBPyConnection:
+        """A new in-memory DuckDB connection with one view per table of the snapshot, each
+        at the snapshot's Delta version (through DuckDB's Delta extension). Closed with
+        the snapshot; session time zone UTC, as in Spark."""
+        self._check_open()
+        connection = _duckdb_connection()
+        self._connections.append(connection)
+        for name, location in self._locations.items():
+            version = self.snapshot.versions[name]
+            view = _quote_duckdb(name)
+            if version is None:
+                empty = self.arrow(name)
+                connection.register(f"__empty_{name}", empty)
+                connection.execute(
+                    f"CREATE TEMP VIEW {view} AS SELECT * FROM {_quote_duckdb('__empty_' + name)}"
+                )
+                continue
+            attached = _quote_duckdb(f"__delta_{name}")
+            uri = _uri(location).replace("'", "''")
+            connection.execute(f"ATTACH '{uri}' AS {attached} (TYPE delta)")
+            connection.execute(
+                f"CREATE TEMP VIEW {view} AS SELECT * FROM {attached} AT (VERSION => {int(version)})"
+            )
+        return connection
+
+    def query(self, sql: str, *, engine: str = "duckdb", limit: int | None = None) -> pa.Table:
+        """Run a read query (Spark SQL) on the snapshot and return the rows as Arrow.
+
+        ``engine``: ``duckdb`` (no Spark; the query is translated to DuckDB's dialect) or
+        ``spark``. For one snapshot both engines give the same answer.
+        """
+        parsed = parse_query(sql)
+        if engine == "spark":
+            frame = self.sql(sql)
+            if limit is not None:
+                frame = frame.limit(limit)
+            return frame.toArrow()
+        if engine != "duckdb":
+            raise UsageError(f"unknown engine {engine!r}; use duckdb or spark")
+        import duckdb
+
+        connection = self.duckdb()
+        try:
+            text = parsed.for_duckdb(self._spark_types(self._names_in(parsed)))
+            if limit is not None:
+                text = f"SELECT * FROM ({text}) AS __q LIMIT {int(limit)}"
+            try:
+                return connection.execute(text).fetch_arrow_table()
+            except duckdb.Error as exc:
+                problem = _plain(str(exc)).strip().splitlines()[0]
+                raise UsageError(f"DuckDB cannot run the query: {problem}") from None
+        finally:
+            connection.close()
+            with contextlib.suppress(ValueError):
+                self._connections.remove(connection)
+
+    def _spark_types(self, names: Iterable[str]) -> dict[str, dict[str, str]]:
+        """Per table, column -> Spark SQL type (from the catalog's Delta schema)."""
+        types: dict[str, dict[str, str]] = {}
+        for name in names:
+            schema_json = self.catalog.get_table(name).schema_json
+            if not schema_json:
+                continue
+            fields = json.loads(schema_json).get("fields", [])
+            types[name] = {
+                f["name"]: f["type"] if isinstance(f["type"], str) else "STRUCT<>" for f in fields
+            }
+        return types
 
     def arrow(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
         """The table as Arrow through delta-rs, without Spark (small data)."""
@@ -150,8 +446,59 @@ class SnapshotReader:
             return schema.empty_table()
         return read_arrow(location, version=version, columns=columns)
 
+    def polars(self, name: str, *, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """The table as a Polars DataFrame at the snapshot's version, without Spark."""
+        import polars as pl
+
+        frame = pl.from_arrow(self.arrow(name, columns=columns))
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+
     def pandas(self, name: str, *, columns: Sequence[str] | None = None) -> pd.DataFrame:
         return self.arrow(name, columns=columns).to_pandas()
+
+
+def _uri(location: str) -> str:
+    if "://" in location:
+        return location
+    return Path(location).resolve().as_uri()
+
+
+def _quote_duckdb(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+_DELTA_EXTENSION: str | None = None
+
+
+def delta_extension_path() -> str:
+    """Where the ``duckdb-ext-delta`` package installed DuckDB's Delta extension."""
+    global _DELTA_EXTENSION
+    if _DELTA_EXTENSION is None:
+        import importlib.metadata
+
+        try:
+            files = importlib.metadata.files("duckdb-ext-delta") or []
+        except importlib.metadata.PackageNotFoundError:
+            files = []
+        found = [f for f in files if f.name == "delta.duckdb_extension"]
+        if not found:
+            raise UsageError(
+                "DuckDB's Delta extension is missing: pip install duckdb-ext-delta "
+                "(or use --engine spark)"
+            )
+        _DELTA_EXTENSION = str(found[0].locate())
+    return _DELTA_EXTENSION
+
+
+def _duckdb_connection() -> duckdb.DuckDBPyConnection:
+    import duckdb
+
+    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    path = delta_extension_path().replace("'", "''")
+    connection.execute(f"LOAD '{path}'")
+    connection.execute("SET TimeZone = 'UTC'")
+    return connection
 
 
 def snapshot(
@@ -169,8 +516,10 @@ def snapshot(
 
     ``as_of_epoch``/``as_of_time``/``as_of_tag`` give the repeatable-read snapshot of a
     past epoch (a tag names one). An expired epoch raises EpochExpiredError naming it and
-    its rule. ``pin``: hold a retention pin while the reader is open (``close()`` or
-    ``with`` releases it), so maintenance never removes what it reads.
+    its rule. Table names match the catalog's without regard to case, as in Spark SQL.
+    Use the result as a context manager: ``with snapshot(catalog, sql) as snap: ...``;
+    with ``pin`` (the default) it holds a retention pin while open, so maintenance never
+    removes what it reads, and ``close()`` (or leaving the ``with``) releases it.
     """
     if as_of_tag is not None:
         if as_of_epoch is not None or as_of_time is not None:
@@ -179,16 +528,24 @@ def snapshot(
             )
         as_of_epoch = catalog.get_tag(as_of_tag).epoch
     if isinstance(tables_or_sql, str):
-        tables = tables_in_sql(tables_or_sql) if _looks_like_sql(tables_or_sql) else [tables_or_sql]
+        if _looks_like_sql(tables_or_sql):
+            tables = tables_in_sql(tables_or_sql)
+            where = tables_or_sql
+        else:
+            tables = [tables_or_sql]
+            where = tables_or_sql
     else:
         tables = list(tables_or_sql)
+        where = ", ".join(tables)
     known = {t.name for t in catalog.list_tables()}
-    unknown = [t for t in tables if t not in known]
+    by_lower = {name.lower(): name for name in known}
+    unknown = [t for t in tables if t not in known and t.lower() not in by_lower]
     if unknown:
         raise SqlTablesError(
-            sql=", ".join(tables),
+            sql=where,
             problem=f"unknown table(s) {unknown}; the catalog has {sorted(known)}",
         )
+    tables = list(dict.fromkeys(t if t in known else by_lower[t.lower()] for t in tables))
     parsed = parse_level(level)
     latest_versions = None
     if parsed is Level.READ_UNCOMMITTED:
@@ -225,7 +582,11 @@ def _looks_like_sql(text: str) -> bool:
 
 
 __all__ = [
+    "ParsedQuery",
+    "SnapshotClosedError",
     "SnapshotReader",
+    "delta_extension_path",
+    "parse_query",
     "snapshot",
     "tables_in_sql",
 ]

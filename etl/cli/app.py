@@ -12,41 +12,106 @@ command that needs it, so that ``etl status`` answers without starting a JVM.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
+from enum import StrEnum
 from functools import wraps
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.core
 from rich.markup import escape
 
-from catalog import Catalog, DeltaBarrierError, load_catalog
+from catalog import Catalog, CatalogNotFoundError, DeltaBarrierError, load_catalog
 from etl.cli.render import err
+from etl.config import scrub
 from etl.errors import InternalError, JobError, PipelineBusyError, PipelineLoadError, UsageError
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_BUSY = 0, 1, 2, 3
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(
     name="etl",
     help="Delta Barrier: consistent multi-table ETL on Spark and Delta Lake.\n\n"
     "Example: etl run examples/wordcount/pipeline.py --once --param input_dir=./incoming",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings=CONTEXT,
 )
 
 catalog_app = typer.Typer(
     help="Catalog maintenance.\n\nExample: etl catalog upgrade --warehouse ./warehouse",
     no_args_is_help=True,
+    context_settings=CONTEXT,
 )
 app.add_typer(catalog_app, name="catalog")
+
+
+class Consistency(StrEnum):
+    """The consistency levels, as ``--consistency`` takes them."""
+
+    READ_UNCOMMITTED = "read-uncommitted"
+    READ_COMMITTED = "read-committed"
+    REPEATABLE_READ = "repeatable-read"
+
+
+class Format(StrEnum):
+    """Output formats. ``table`` is the default of every command (the human one)."""
+
+    TABLE = "table"
+    CSV = "csv"
+    JSON = "json"
+
+
+class TableOrJson(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+DEFAULT_FORMAT = Format.TABLE
+
+_URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
+
+
+def _local_warehouse(value: Any) -> Any:
+    """Refuse a URL warehouse before anything is written (a Path has folded ``//``)."""
+    if value is None:
+        return value
+    text = str(value)
+    if _URL_SCHEME.match(text) and not text.startswith("file:"):
+        scheme = text.split(":", 1)[0]
+        raise typer.BadParameter(
+            f"{scheme}:// warehouses are not supported: the warehouse must be a directory "
+            "on a local or mounted file system (every executor and the driver must reach "
+            "it), e.g. --warehouse /mnt/shared/warehouse; mount object storage to use it",
+            param_hint="--warehouse",
+        )
+    if text.startswith("file:"):
+        return Path(text.removeprefix("file:").removeprefix("//"))
+    return value
+
+
+_current_catalog_url: str | None = None
+
+
+def _remember_url(value: str | None) -> str | None:
+    global _current_catalog_url
+    _current_catalog_url = value
+    return value
+
 
 Warehouse = Annotated[
     Path,
     typer.Option(
         "--warehouse",
         envvar="ETL_WAREHOUSE",
+        metavar="DIR",
+        callback=_local_warehouse,
         help="Directory holding the Delta tables (and the default SQLite catalog).",
     ),
 ]
@@ -56,13 +121,40 @@ CatalogUrl = Annotated[
     typer.Option(
         "--catalog",
         envvar="ETL_CATALOG_URL",
+        metavar="URL",
+        callback=_remember_url,
         help="Catalog URL (default: SQLite file in the warehouse; postgresql://... to share).",
     ),
 ]
 
 
+def _complete_levels(incomplete: str) -> list[str]:
+    return [level.value for level in Consistency if level.value.startswith(incomplete)]
+
+
+ConsistencyOption = Annotated[
+    str,
+    typer.Option(
+        "--consistency",
+        metavar="[" + "|".join(level.value for level in Consistency) + "]",
+        autocompletion=_complete_levels,
+        help="Consistency level of the read (RU, RC, RR also accepted).",
+    ),
+]
+
+
+def parse_consistency(text: str | Consistency) -> Consistency:
+    """``--consistency`` checked (forgiving: case, separators, RU/RC/RR); exit 2 listing
+    the levels otherwise."""
+    from consistency import parse_level
+
+    return Consistency(parse_level(str(getattr(text, "value", text))).value)
+
+
 def open_catalog(warehouse: Path, catalog_url: str | None, *, create: bool = False) -> Catalog:
-    """The catalog; only ``create`` (running a pipeline) may start a new embedded one."""
+    """The catalog; only ``create`` (running a pipeline) may start a new one. Without it
+    nothing is created (no directory, file or table), and a read-only SQLite catalog is
+    opened read-only."""
     if catalog_url is None and not create:
         from catalog.sql import CATALOG_FILE_NAME
 
@@ -72,10 +164,24 @@ def open_catalog(warehouse: Path, catalog_url: str | None, *, create: bool = Fal
                 "pass --warehouse DIR (or set ETL_WAREHOUSE) for a warehouse that has been "
                 "run, or --catalog URL"
             )
-    return load_catalog(catalog_url, warehouse=warehouse)
+    try:
+        return load_catalog(catalog_url, warehouse=warehouse, create=create)
+    except ValueError:
+        # SQLAlchemy cannot split the URL (often an unencoded @, : or / in the password);
+        # its message would quote the URL, so it is not passed on.
+        raise UsageError(
+            "the catalog URL does not parse: percent-encode special characters of the user "
+            "and password (@ as %40, : as %3A, / as %2F)"
+        ) from None
+    except CatalogNotFoundError as exc:
+        raise UsageError(
+            f"{exc}; read commands never create a catalog: check --catalog / --warehouse, "
+            "or run a pipeline first"
+        ) from None
 
 
 def fail(message: str, code: int) -> typer.Exit:
+    message = scrub(message, _current_catalog_url or os.environ.get("ETL_CATALOG_URL"))
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
@@ -113,14 +219,140 @@ def parse_params(items: list[str]) -> dict[str, str]:
     return params
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("delta-barrier")
+        except PackageNotFoundError:
+            number = "unknown"
+        typer.echo(f"etl (Delta Barrier) {number}")
+        raise typer.Exit(0)
+
+
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+@app.callback()
+def _global(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+    verbose: Annotated[
+        int,
+        typer.Option(
+            "--verbose", "-v", count=True, show_default=False, help="More log lines (-vv: debug)."
+        ),
+    ] = 0,
+    log_level: Annotated[
+        LogLevel | None,
+        typer.Option("--log-level", case_sensitive=False, help="Log level (overrides -v)."),
+    ] = None,
+    spark_ui: Annotated[
+        bool,
+        typer.Option(
+            "--spark-ui", help="Turn the Spark web UI on (off by default); prints its URL."
+        ),
+    ] = False,
+) -> None:
+    """Delta Barrier: consistent multi-table ETL on Spark and Delta Lake."""
+    level = (
+        log_level.value.upper()
+        if log_level is not None
+        else ("DEBUG" if verbose >= 2 else "INFO" if verbose == 1 else "WARNING")
+    )
+    configure_logging(level)
+    if spark_ui:
+        os.environ["ETL_SPARK_UI"] = "true"
+
+
+def configure_logging(level: str) -> None:
+    """Log lines on stderr at ``level``; third-party chatter stays at WARNING."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for noisy in ("py4j", "sqlglot", "urllib3", "kafka", "great_expectations"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+
+
+_TYPE_LABELS = {
+    "str": "TEXT",
+    "int": "INTEGER",
+    "float": "NUMBER",
+    "path": "PATH",
+    "file": "FILE",
+    "directory": "DIR",
+    "bool": "BOOLEAN",
+    "int range": "INTEGER",
+    "float range": "NUMBER",
+    "datetime": "DATETIME",
+}
+
+
+def _flag_display(original: Any) -> Any:
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        """Help shows flags and metavars, never Python types (``--once``, ``--param KEY=VALUE``)."""
+        if getattr(self, "is_flag", False) or getattr(self, "count", False):
+            return None
+        if self.metavar is not None:
+            return str(self.metavar)
+        label = original(self, ctx)
+        if not label:
+            return label
+        inner = label.strip("<>")
+        if inner.startswith("list[") and inner.endswith("]"):
+            inner = inner[5:-1]
+        if "|" in inner:
+            return f"[{inner}]"
+        return _TYPE_LABELS.get(inner, inner.upper())
+
+    return display_type_rich
+
+
+for _cls in (getattr(typer.core, "TyperOption", None), getattr(typer.core, "TyperArgument", None)):
+    if _cls is not None and hasattr(_cls, "display_type_rich"):
+        _cls.display_type_rich = _flag_display(_cls.display_type_rich)  # type: ignore[method-assign]
+
+
 def main() -> None:
-    """The ``etl`` entry point (the commands register on :data:`app` in :mod:`etl.cli`)."""
+    """The ``etl`` entry point (the commands register on :data:`app` in :mod:`etl.cli`).
+
+    Settings come from flags, then the environment, then the project file (etl.toml or
+    [tool.etl], see :mod:`etl.config`), then the defaults. The Spark UI is off unless
+    ``--spark-ui``.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    app()
+    os.environ.setdefault("ETL_SPARK_UI", "false")
+    from etl.config import default_map, load_project_config
+
+    command = typer.main.get_command(app)
+    try:
+        defaults = default_map(command, load_project_config())
+    except UsageError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        sys.exit(EXIT_USAGE)
+    command.main(prog_name="etl", default_map=defaults)
 
 
 __all__ = [
+    "DEFAULT_FORMAT",
     "CatalogUrl",
+    "Consistency",
+    "ConsistencyOption",
+    "Format",
+    "TableOrJson",
     "Warehouse",
     "app",
     "catalog_app",
@@ -128,5 +360,6 @@ __all__ = [
     "guard",
     "main",
     "open_catalog",
+    "parse_consistency",
     "parse_params",
 ]

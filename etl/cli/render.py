@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import csv
 import json
+import math
+import os
 import sys
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from enum import Enum
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -14,6 +21,8 @@ from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from etl.report import TableStatusRow
 
 out = Console(soft_wrap=True)
@@ -24,8 +33,119 @@ err = Console(stderr=True, soft_wrap=True)
 
 
 def text(value: object) -> str:
-    """A cell's text: ``-`` for nothing."""
-    return "-" if value is None else str(value)
+    """A cell's text: ``-`` for nothing; timestamps in ISO-8601 with their zone."""
+    if value is None:
+        return "-"
+    if isinstance(value, datetime | date | time):
+        return _iso(value)
+    if isinstance(value, Mapping | list | tuple):
+        return json_text(value)
+    return str(value)
+
+
+# -- typed JSON ------------------------------------------------------------------------
+
+
+def _iso(value: datetime | date | time) -> str:
+    if isinstance(value, datetime) and value.tzinfo is None:
+        # Spark and the catalog keep UTC (spark.sql.session.timeZone=UTC): say so.
+        value = value.replace(tzinfo=UTC)
+    return value.isoformat()
+
+
+def json_text(value: Any) -> str:
+    """``value`` as JSON, typed: numbers (decimals too, every digit kept) as numbers,
+    timestamps as ISO-8601 with their zone, structs as objects by field name, binary as
+    base64, NaN/infinity as null."""
+    return "".join(_encode(value))
+
+
+def _encode(value: Any) -> Iterator[str]:
+    if value is None:
+        yield "null"
+    elif isinstance(value, bool):
+        yield "true" if value else "false"
+    elif isinstance(value, int):
+        yield str(value)
+    elif isinstance(value, float):
+        yield json.dumps(value) if math.isfinite(value) else "null"
+    elif isinstance(value, Decimal):
+        yield format(value, "f") if value.is_finite() else "null"
+    elif isinstance(value, str):
+        yield json.dumps(value, ensure_ascii=False)
+    elif isinstance(value, datetime | date | time):
+        yield json.dumps(_iso(value))
+    elif isinstance(value, timedelta):
+        yield json.dumps(value.total_seconds())
+    elif isinstance(value, bytes | bytearray | memoryview):
+        yield json.dumps(base64.b64encode(bytes(value)).decode())
+    elif isinstance(value, Enum):
+        yield from _encode(value.value)
+    elif isinstance(value, Mapping):
+        yield "{"
+        for index, (key, item) in enumerate(value.items()):
+            if index:
+                yield ", "
+            yield json.dumps(str(key), ensure_ascii=False)
+            yield ": "
+            yield from _encode(item)
+        yield "}"
+    elif isinstance(value, list | tuple | set | frozenset):
+        yield "["
+        for index, item in enumerate(value):
+            if index:
+                yield ", "
+            yield from _encode(item)
+        yield "]"
+    elif hasattr(value, "asDict"):  # a Spark Row: fields by name
+        yield from _encode(value.asDict(recursive=True))
+    else:
+        yield json.dumps(str(value), ensure_ascii=False)
+
+
+# -- stdout that may be a closed pipe --------------------------------------------------
+
+
+@contextlib.contextmanager
+def stdout_guard() -> Iterator[None]:
+    """Writing into a closed pipe (``etl sql ... | head -2``) ends the command quietly."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        quiet_stdout()
+        raise typer.Exit(0) from None
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush stays silent."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def echo(line: str) -> None:
+    """One line of text on stdout."""
+    with stdout_guard():
+        typer.echo(line)
+
+
+def print_json(value: Any) -> None:
+    """``value`` as typed JSON on stdout (see :func:`json_text`)."""
+    echo(json_text(value))
+
+
+def _csv_cell(value: Any) -> object:
+    if value is None:
+        return ""
+    if isinstance(value, datetime | date | time):
+        return _iso(value)
+    if isinstance(value, Mapping | list | tuple):
+        return json_text(value)
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    return value
 
 
 def rows_table(
@@ -40,16 +160,35 @@ def rows_table(
     return table
 
 
-def print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
-    """Rows on stdout as ``table``, ``csv`` or ``json``."""
+def print_rows(columns: Sequence[str], rows: Sequence[Sequence[object]], fmt: str) -> None:
+    """Rows on stdout as ``table``, ``csv`` or ``json`` (a list of objects, typed)."""
+    fmt = str(getattr(fmt, "value", fmt))
+    with stdout_guard():
+        if fmt == "json":
+            typer.echo(json_text([dict(zip(columns, r, strict=True)) for r in rows]))
+        elif fmt == "csv":
+            writer = csv.writer(sys.stdout)
+            writer.writerow(columns)
+            writer.writerows([_csv_cell(v) for v in row] for row in rows)
+        else:
+            out.print(rows_table(columns, rows))
+
+
+def print_arrow(table: pa.Table, fmt: str) -> None:
+    """An Arrow table's rows on stdout (see :func:`print_rows`)."""
+    columns = table.column_names
+    rows = [tuple(row.values()) for row in table.to_pylist()]
+    print_rows(columns, rows, fmt)
+
+
+def print_record(record: Mapping[str, Any], fmt: str, *, title: str | None = None) -> None:
+    """One record: JSON, or a two-column table of its fields."""
+    fmt = str(getattr(fmt, "value", fmt))
     if fmt == "json":
-        typer.echo(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], default=str))
-    elif fmt == "csv":
-        writer = csv.writer(sys.stdout)
-        writer.writerow(columns)
-        writer.writerows(rows)
-    else:
-        out.print(rows_table(columns, rows))
+        print_json(record)
+        return
+    with stdout_guard():
+        out.print(rows_table(("field", "value"), record.items(), title=title))
 
 
 STATUS_COLUMNS = (
@@ -89,9 +228,16 @@ def status_table(rows: Sequence[TableStatusRow]) -> Table:
 
 __all__ = [
     "STATUS_COLUMNS",
+    "echo",
     "err",
+    "json_text",
     "out",
+    "print_arrow",
+    "print_json",
+    "print_record",
     "print_rows",
+    "quiet_stdout",
+    "stdout_guard",
     "rows_table",
     "status_table",
     "text",

@@ -5,84 +5,175 @@ from __future__ import annotations
 import json
 import logging
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
 from catalog import as_utc
-from etl.cli.app import CatalogUrl, Warehouse, app, guard, open_catalog
-from etl.cli.render import err, print_rows
+from etl.cli.app import (
+    DEFAULT_FORMAT,
+    CatalogUrl,
+    Consistency,
+    ConsistencyOption,
+    Format,
+    Warehouse,
+    app,
+    guard,
+    open_catalog,
+    parse_consistency,
+)
+from etl.cli.render import err, print_arrow
 from etl.errors import UsageError
+
+
+class Engine(StrEnum):
+    DUCKDB = "duckdb"
+    SPARK = "spark"
+
+
+AsOfEpoch = Annotated[
+    int | None,
+    typer.Option("--as-of-epoch", metavar="EPOCH", help="Repeatable-read at this epoch.", min=1),
+]
+AsOfTime = Annotated[
+    str | None,
+    typer.Option(
+        "--as-of-time",
+        metavar="ISO-8601",
+        help="Newest repeatable-read cut at or before this time (e.g. 2025-01-31T12:00:00Z).",
+    ),
+]
+
+
+def time_travel(
+    consistency: Consistency,
+    as_of_epoch: int | None,
+    as_of_time: str | None,
+    as_of_tag: str | None = None,
+) -> datetime | None:
+    """Check the time-travel flags (in flag names) and parse ``--as-of-time``."""
+    given = [
+        f
+        for f, v in (
+            ("--as-of-epoch", as_of_epoch),
+            ("--as-of-time", as_of_time),
+            ("--as-of-tag", as_of_tag),
+        )
+        if v is not None
+    ]
+    if len(given) > 1:
+        raise UsageError(f"give one of --as-of-epoch, --as-of-time, --as-of-tag, not {given}")
+    if given and consistency is not Consistency.REPEATABLE_READ:
+        raise UsageError(
+            f"{given[0]} reads a consistent cut, which is --consistency repeatable-read; "
+            f"not {consistency.value}"
+        )
+    if as_of_time is None:
+        return None
+    try:
+        when = datetime.fromisoformat(as_of_time.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--as-of-time must be ISO-8601, got {as_of_time!r}") from None
+    return as_utc(when)
 
 
 @app.command()
 @guard
 def sql(
-    query: Annotated[str, typer.Argument(help="A SELECT over the pipeline's tables.")],
+    query: Annotated[
+        str,
+        typer.Argument(metavar="QUERY", help="A SELECT over the pipeline's tables (Spark SQL)."),
+    ],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    consistency: Annotated[
-        str,
-        typer.Option("--consistency", help="read-uncommitted | read-committed | repeatable-read"),
-    ] = "repeatable-read",
-    as_of_epoch: Annotated[int | None, typer.Option(help="Repeatable-read at this epoch.")] = None,
-    as_of_time: Annotated[
-        str | None, typer.Option(help="Newest repeatable-read cut at or before this ISO-8601 time.")
+    consistency: ConsistencyOption = Consistency.REPEATABLE_READ.value,
+    as_of_epoch: AsOfEpoch = None,
+    as_of_time: AsOfTime = None,
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            "--engine",
+            envvar="ETL_SQL_ENGINE",
+            case_sensitive=False,
+            help="duckdb: in-process, answers in about a second, no Spark (the default; "
+            "for reads that fit one machine). spark: for large reads or Spark-only SQL.",
+        ),
+    ] = Engine.DUCKDB,
+    format: Annotated[Format, typer.Option("--format", case_sensitive=False)] = DEFAULT_FORMAT,
+    limit: Annotated[int, typer.Option(help="At most this many rows are printed.", min=0)] = 1000,
+    master: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ETL_SPARK_MASTER", metavar="URL", help="Spark master (--engine spark)."
+        ),
     ] = None,
     as_of_tag: Annotated[
-        str | None, typer.Option(help="Repeatable-read at the epoch this tag names (etl tag).")
+        str | None,
+        typer.Option(
+            "--as-of-tag", metavar="TAG", help="Repeatable-read at the epoch a tag names (etl tag)."
+        ),
     ] = None,
-    format: Annotated[Literal["table", "csv", "json"], typer.Option("--format")] = "table",
-    limit: Annotated[int, typer.Option(help="At most this many rows are printed.")] = 1000,
-    master: Annotated[str | None, typer.Option(envvar="ETL_SPARK_MASTER")] = None,
 ) -> None:
     """Run a query on a consistent snapshot of the tables it names.
 
+    The level, epoch and Delta versions used are printed on stderr; the rows on stdout.
+    Both engines read the same snapshot and give the same answer.
+
     Example: etl sql "SELECT cnt, words FROM cnt_counts" --consistency repeatable-read
     """
-    from consistency import parse_level
+    level = parse_consistency(consistency)
+    when = time_travel(level, as_of_epoch, as_of_time, as_of_tag)
+    from etl.reader import parse_query, snapshot
 
-    level = parse_level(consistency)
-    when = None
-    if as_of_time is not None:
-        try:
-            when = datetime.fromisoformat(as_of_time)
-        except ValueError:
-            raise UsageError(f"--as-of-time must be ISO-8601, got {as_of_time!r}") from None
-        when = as_utc(when)
-    from pyspark.errors.exceptions.captured import CapturedException
-    from pyspark.logger import PySparkLogger
-
-    from etl.reader import snapshot
-    from etl.spark import build_spark
-
-    with open_catalog(warehouse, catalog_url) as catalog:
-        # Resolved before Spark starts: an unknown table or epoch is reported at once.
-        reader = snapshot(
-            catalog, query, level, as_of_epoch=as_of_epoch, as_of_time=when, as_of_tag=as_of_tag
-        )
+    parse_query(query)  # a syntax error is reported before anything opens
+    with (
+        open_catalog(warehouse, catalog_url) as catalog,
+        # Resolved before any engine starts: an unknown table or epoch is reported at once.
+        snapshot(
+            catalog,
+            query,
+            level.value,
+            as_of_epoch=as_of_epoch,
+            as_of_time=when,
+            as_of_tag=as_of_tag,
+        ) as reader,
+    ):
+        barrier = reader.barrier_ts
         err.print(
             f"level={reader.level.value} epoch={reader.epoch if reader.epoch is not None else '-'} "
             f"versions={json.dumps(dict(reader.versions), sort_keys=True)}",
             highlight=False,
         )
-        build_spark(master=master, app_name="etl-sql")  # the session the reader then uses
-        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
-            # Query errors are reported below in one line, not as a logged Java stack trace.
-            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
-        try:
-            frame = reader.sql(query).limit(limit)
-            columns = frame.columns
-            rows = [tuple(r) for r in frame.toLocalIterator()]
-        except CapturedException as exc:  # Spark's analysis, parse and runtime errors
-            problem = str(exc).strip().splitlines()[0]
-            raise UsageError(f"Spark cannot run the query: {problem}") from None
-        finally:
-            reader.close()  # the snapshot's retention pin
-    print_rows(columns, rows, format)
+        if barrier is not None:
+            err.print(f"barrier_ts={as_utc(barrier).isoformat()}", highlight=False)
+        if engine is Engine.SPARK:
+            table = _run_on_spark(reader, query, limit=limit, master=master)
+        else:
+            table = reader.query(query, engine="duckdb", limit=limit)
+    print_arrow(table, format)
+
+
+def _run_on_spark(reader, query: str, *, limit: int, master: str | None):
+    from pyspark.errors.exceptions.captured import CapturedException
+    from pyspark.logger import PySparkLogger
+
+    from etl.spark import build_spark
+
+    reader.use_spark(build_spark(master=master, app_name="etl-sql"))
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        # Query errors are reported below in one line, not as a logged Java stack trace.
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        return reader.query(query, engine="spark", limit=limit)
+    except CapturedException as exc:  # Spark's analysis, parse and runtime errors
+        problem = str(exc).strip().splitlines()[0]
+        raise UsageError(f"Spark cannot run the query: {problem}") from None
 
 
 __all__ = [
+    "Engine",
     "sql",
+    "time_travel",
 ]

@@ -1,0 +1,75 @@
+"""``etl snapshot``: the consistent cut as data, for any Delta reader. No Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from etl.cli.app import (
+    CatalogUrl,
+    Consistency,
+    ConsistencyOption,
+    TableOrJson,
+    Warehouse,
+    app,
+    guard,
+    open_catalog,
+    parse_consistency,
+)
+from etl.cli.render import print_json, print_rows
+from etl.cli.sql import AsOfEpoch, AsOfTime, time_travel
+
+
+@app.command("snapshot")
+@guard
+def snapshot_command(
+    targets: Annotated[
+        list[str],
+        typer.Argument(metavar="TABLE... | QUERY", help="Table names, or one SQL query."),
+    ],
+    warehouse: Warehouse = Path("warehouse"),
+    catalog_url: CatalogUrl = None,
+    consistency: ConsistencyOption = Consistency.REPEATABLE_READ.value,
+    as_of_epoch: AsOfEpoch = None,
+    as_of_time: AsOfTime = None,
+    format: Annotated[
+        TableOrJson, typer.Option("--format", case_sensitive=False)
+    ] = TableOrJson.TABLE,
+) -> None:
+    """The consistent cut as data: level, epoch, barrier time, per table location and version.
+
+    Any Delta reader (Trino, a remote Spark, DuckDB elsewhere) can then read the same
+    snapshot. No Spark is started.
+
+    Example: etl snapshot words word_counts cnt_counts --format json
+    """
+    level = parse_consistency(consistency)
+    when = time_travel(level, as_of_epoch, as_of_time)
+    from etl.reader import snapshot
+
+    what = targets[0] if len(targets) == 1 else targets
+    with (
+        open_catalog(warehouse, catalog_url) as catalog,
+        snapshot(catalog, what, level.value, as_of_epoch=as_of_epoch, as_of_time=when) as snap,
+    ):
+        cut = snap.describe()
+    if format is TableOrJson.JSON:
+        print_json(cut)
+        return
+    print_rows(
+        ["table", "version", "epoch", "location"],
+        [(t["table"], t["version"], t["epoch"], t["location"]) for t in cut["tables"]],
+        "table",
+    )
+    from etl.cli.render import err
+
+    err.print(
+        f"level={cut['level']} epoch={cut['epoch'] if cut['epoch'] is not None else '-'} "
+        f"barrier_ts={cut['barrier_ts'] or '-'}",
+        highlight=False,
+    )
+
+
+__all__ = ["snapshot_command"]

@@ -1,0 +1,452 @@
+"""Consistent reads without Spark: table extraction by scope, DuckDB against Spark on the
+same snapshot (word-count and shop chains, every level), the snapshot as a context
+manager and as data, and the read side of the ``etl`` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from catalog import load_catalog
+from etl import Runner, snapshot
+from etl.errors import SqlTablesError
+from etl.reader import SnapshotClosedError, parse_query, tables_in_sql
+from tests.support.cli_runner import etl
+from tests.support.wordcount_env import make_chain
+
+LEVELS = ("read-uncommitted", "read-committed", "repeatable-read")
+ANSI = re.compile(r"\x1b\[")
+
+# -- tables by scope analysis (no Spark) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "tables"),
+    [
+        ("SELECT /*+ BROADCAST(w) */ * FROM words w", ["words"]),
+        ("SELECT * FROM WORDS", ["WORDS"]),
+        ("WITH words AS (SELECT * FROM word_counts) SELECT * FROM words", ["word_counts"]),
+        (
+            "SELECT * FROM words w JOIN (WITH words AS (SELECT 'x' AS word) "
+            "SELECT * FROM words) x USING (word)",
+            ["words"],
+        ),
+        ("SELECT * FROM a UNION ALL SELECT * FROM b", ["a", "b"]),
+        ("SELECT (SELECT max(x) FROM c) FROM d WHERE EXISTS (SELECT 1 FROM e)", ["c", "d", "e"]),
+        ("SELECT w.word FROM words AS w JOIN words AS v ON w.word = v.word", ["words"]),
+    ],
+)
+def test_tables_come_from_scope_analysis(sql, tables):
+    assert tables_in_sql(sql) == tables
+
+
+@pytest.mark.parametrize(
+    ("sql", "says"),
+    [
+        ("SELECT a * FROM words WHERE", "cannot parse the SQL: incomplete expression (line 1"),
+        ("INSERT INTO words SELECT 'x', 1", "only queries"),
+        ("SELECT 1 FROM a; SELECT 2 FROM b", "one query"),
+        ("SELECT 1", "reads no table"),
+    ],
+)
+def test_bad_sql_is_explained_in_words(sql, says):
+    with pytest.raises(SqlTablesError) as caught:
+        tables_in_sql(sql)
+    message = str(caught.value)
+    assert says in message
+    assert "<class" not in message and "Required keyword" not in message
+    assert not ANSI.search(message)
+
+
+def test_duckdb_dialect_drops_spark_hints():
+    assert "BROADCAST" not in parse_query("SELECT /*+ BROADCAST(w) */ * FROM words w").for_duckdb()
+
+
+# -- chains shared by the engine tests -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wordcount(spark, tmp_path_factory):
+    chain = make_chain(tmp_path_factory.mktemp("reads_wc"), spark)
+    chain.drop("a.txt", ["apple", "pear", "apple"])
+    chain.runner.run_once()
+    chain.drop("b.txt", ["pear", "fig", "kiwi"])
+    chain.runner.run_once()
+    return chain
+
+
+@pytest.fixture(scope="module")
+def shop(spark, tmp_path_factory):
+    """The shop chain with a JSON drop directory in place of the Kafka topic."""
+    import examples.shop.pipeline as shop_pipeline
+    from etl import FileSource
+
+    root = tmp_path_factory.mktemp("reads_shop")
+    incoming = root / "orders"
+    incoming.mkdir()
+
+    def file_source(name, *, topics, bootstrap_servers, schema):
+        return FileSource(name, path=incoming, format="json", schema=schema)
+
+    original = shop_pipeline.KafkaSource
+    shop_pipeline.KafkaSource = file_source
+    try:
+        pipeline = shop_pipeline.build("unused:0", "orders")
+    finally:
+        shop_pipeline.KafkaSource = original
+    catalog = load_catalog(warehouse=root / "warehouse")
+    runner = Runner(pipeline, catalog=catalog, warehouse=str(root / "warehouse"), spark=spark)
+    runner.register()
+    orders = [
+        {
+            "order_id": i,
+            "customer": f"c{i % 4}",
+            "amount": f"{(i * 37) % 260}.{i % 100:02d}",
+            "items": i % 3,
+        }
+        for i in range(1, 41)
+    ]
+    for batch, part in enumerate((orders[:25], orders[25:])):
+        (incoming / f"{batch}.json").write_text("\n".join(json.dumps(o) for o in part) + "\n")
+        runner.run_once()
+    return catalog
+
+
+WORDCOUNT_QUERIES = [
+    "SELECT w.word, w._epoch, c.cnt, n.words FROM words w JOIN word_counts c USING (word) "
+    "JOIN cnt_counts n USING (cnt)",
+    "SELECT /*+ BROADCAST(c) */ c.cnt, count(*) AS n FROM WORDS w JOIN word_counts c ON "
+    "w.word = c.word GROUP BY c.cnt",
+    "WITH words AS (SELECT word, cnt FROM word_counts WHERE cnt > 1) SELECT * FROM words",
+    "SELECT cnt, words FROM cnt_counts ORDER BY cnt DESC NULLS LAST",
+]
+SHOP_QUERIES = [
+    "SELECT f.customer, sum(f.amount) AS detail, t.total, t.orders, t.tier FROM order_facts f "
+    "JOIN customer_totals t USING (customer) GROUP BY f.customer, t.total, t.orders, t.tier",
+    "SELECT size, count(*) AS n, avg(item_price) AS avg_price, avg(amount), max(amount) AS top "
+    "FROM order_facts "
+    "GROUP BY size",
+    "SELECT o.order_id, o.amount, f.item_price, f.size FROM orders o JOIN order_facts f "
+    "USING (order_id) WHERE o.items = 0",
+    "SELECT tier, customers FROM tier_counts",
+]
+
+
+def _canonical(table) -> list[tuple]:
+    rows = [tuple(r.values()) for r in table.to_pylist()]
+
+    def norm(v):
+        if isinstance(v, float):
+            return round(v, 9)
+        if isinstance(v, Decimal):
+            return v.normalize()
+        return v
+
+    return sorted((tuple(norm(v) for v in row) for row in rows), key=repr)
+
+
+def _compare(catalog, spark, query, level):
+    with snapshot(catalog, query, level, spark=spark) as snap:
+        duck = snap.query(query, engine="duckdb")
+        sparked = snap.query(query, engine="spark")
+    assert duck.column_names == sparked.column_names, query
+    assert _canonical(duck) == _canonical(sparked), (level, query)
+    return _canonical(duck)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("level", LEVELS)
+def test_duckdb_and_spark_agree_on_the_wordcount_chain(wordcount, spark, level):
+    answers = [_compare(wordcount.catalog, spark, q, level) for q in WORDCOUNT_QUERIES]
+    assert answers[0], "the join holds rows"
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("level", LEVELS)
+def test_duckdb_and_spark_agree_on_the_shop_chain(shop, spark, level):
+    answers = [_compare(shop, spark, q, level) for q in SHOP_QUERIES]
+    assert answers[0] and answers[2], "the shop joins hold rows"
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_duckdb_and_spark_agree_at_a_past_epoch(wordcount, spark):
+    query = WORDCOUNT_QUERIES[0]
+    with snapshot(wordcount.catalog, query, spark=spark, as_of_epoch=1) as snap:
+        duck, sparked = snap.query(query), snap.query(query, engine="spark")
+    assert _canonical(duck) == _canonical(sparked)
+    assert {row[0] for row in _canonical(duck)} == {"apple", "pear"}
+
+
+# -- the snapshot in Python --------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_snapshot_is_a_context_manager_with_duckdb_polars_arrow(wordcount):
+    catalog = wordcount.catalog
+    with snapshot(catalog, ["words", "word_counts", "cnt_counts"]) as snap:
+        epoch = snap.epoch
+        assert snap.barrier_ts == catalog.get_epoch(epoch).barrier_ts
+        connection = snap.duckdb()
+        counts = dict(connection.execute("SELECT word, cnt FROM word_counts").fetchall())
+        assert counts == {"apple": 2, "pear": 2, "fig": 1, "kiwi": 1}
+        assert sorted(snap.polars("words")["word"].to_list()) == sorted(
+            snap.arrow("words").column("word").to_pylist()
+        )
+        cut = snap.describe()
+    assert cut["level"] == "repeatable-read" and cut["epoch"] == epoch
+    assert {t["table"]: t["version"] for t in cut["tables"]} == dict(snap.versions)
+    assert snap.closed
+    with pytest.raises(SnapshotClosedError):
+        snap.arrow("words")
+    with pytest.raises(Exception):  # noqa: B017 - the connection was closed with the snapshot
+        connection.execute("SELECT 1")
+
+
+@pytest.mark.spark
+def test_an_outside_duckdb_reads_the_cut_from_etl_snapshot(wordcount):
+    """What the README shows: DuckDB, knowing nothing of Delta Barrier, reads the cut."""
+    import duckdb
+
+    from etl.reader import delta_extension_path
+
+    result = etl(
+        "snapshot",
+        "word_counts",
+        "cnt_counts",
+        "--format",
+        "json",
+        "--warehouse",
+        wordcount.warehouse,
+        cwd=wordcount.root,
+    )
+    assert result.returncode == 0, result.stderr
+    cut = json.loads(result.stdout)
+    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    connection.execute(f"LOAD '{delta_extension_path()}'")
+    rows = {}
+    for table in cut["tables"]:
+        connection.execute(f"ATTACH '{table['uri']}' AS t_{table['table']} (TYPE delta)")
+        rows[table["table"]] = connection.execute(
+            f"SELECT count(*) FROM t_{table['table']} AT (VERSION => {table['version']})"
+        ).fetchone()[0]
+    with snapshot(wordcount.catalog, ["word_counts", "cnt_counts"]) as snap:
+        assert cut["epoch"] == snap.epoch
+        assert rows == {t: snap.arrow(t).num_rows for t in rows}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT.*\+00:00", cut["barrier_ts"])
+
+
+# -- the etl command -------------------------------------------------------------------------
+
+NO_JAVA = {"JAVA_HOME": "/nonexistent-java", "PATH": "/usr/bin:/bin"}
+"""A command run with this environment fails if it tries to start a JVM."""
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_etl_sql_on_duckdb_starts_no_spark_and_matches_spark(wordcount):
+    query = "SELECT c.cnt, n.words, count(*) AS w FROM words w JOIN word_counts c USING (word) JOIN cnt_counts n USING (cnt) GROUP BY c.cnt, n.words"
+    common = ("sql", query, "--warehouse", wordcount.warehouse, "--format", "json")
+    started = time.monotonic()
+    duck = etl(*common, cwd=wordcount.root, **NO_JAVA)
+    assert duck.returncode == 0, duck.stderr
+    assert time.monotonic() - started < 30
+    sparked = etl(*common, "--engine", "spark", cwd=wordcount.root)
+    assert sparked.returncode == 0, sparked.stderr
+    assert sorted(json.loads(duck.stdout), key=repr) == sorted(json.loads(sparked.stdout), key=repr)
+    assert "WARN" not in sparked.stderr.replace("WARNING: Using incubator modules", "")
+
+
+@pytest.mark.spark
+def test_csv_and_json_into_a_closed_pipe_exit_quietly(wordcount):
+    for fmt in ("csv", "json", "table"):
+        shell = subprocess.run(
+            f"{Path(os.sys.executable).with_name('etl')} sql 'SELECT w1.word FROM words w1 CROSS JOIN words w2 CROSS JOIN words w3 CROSS JOIN words w4' "
+            f"--limit 100000 --format {fmt} --warehouse {wordcount.warehouse} | head -n 2",
+            shell=True,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+        )
+        assert "Traceback" not in shell.stderr and "Broken" not in shell.stderr, shell.stderr
+        assert "error" not in shell.stderr.lower(), shell.stderr
+
+
+@pytest.mark.spark
+def test_read_commands_work_on_a_read_only_warehouse(wordcount, tmp_path):
+    import shutil
+
+    copy = tmp_path / "ro"
+    shutil.copytree(wordcount.warehouse, copy)
+    modes = []
+    for path in [copy, *copy.rglob("*")]:
+        modes.append(path)
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    try:
+        for args in (
+            ("status",),
+            ("lineage",),
+            ("epochs", "words"),
+            ("snapshot", "words"),
+            ("sql", "SELECT count(*) AS n FROM words"),
+        ):
+            result = etl(*args, "--warehouse", copy, cwd=tmp_path, **NO_JAVA)
+            assert result.returncode == 0, (args, result.stderr)
+    finally:
+        for path in modes:
+            if path.exists():
+                path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status", "--warehouse", "s3://bucket/wh"),
+        ("sql", "SELECT * FROM words", "--warehouse", "s3://bucket/wh"),
+        ("run", "examples/wordcount/pipeline.py", "--once", "--warehouse", "gs://b/wh"),
+    ],
+)
+def test_a_url_warehouse_is_refused_before_anything_is_written(tmp_path, args):
+    result = etl(*args, cwd=tmp_path, **NO_JAVA)
+    assert result.returncode == 2, result.stderr
+    assert "not supported" in result.stderr and "--warehouse" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_commands_never_create_a_catalog(tmp_path):
+    for args in (
+        ("status", "--warehouse", "typo"),
+        ("snapshot", "words", "--warehouse", "typo"),
+        ("status", "--catalog", f"sqlite:///{tmp_path}/missing.sqlite"),
+    ):
+        result = etl(*args, cwd=tmp_path, **NO_JAVA)
+        assert result.returncode == 2, result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.postgres
+def test_status_against_an_empty_postgres_schema_creates_nothing(postgres_url, tmp_path):
+    import sqlalchemy as sa
+
+    result = etl("status", "--catalog", postgres_url, cwd=tmp_path, **NO_JAVA)
+    assert result.returncode == 2, result.stderr
+    engine = sa.create_engine(postgres_url.replace("postgresql+psycopg", "postgresql+psycopg"))
+    with engine.connect() as conn:
+        assert sa.inspect(conn).get_table_names() == []
+    engine.dispose()
+
+
+def test_an_unreachable_spark_master_is_exit_2_in_one_line(tmp_path):
+    started = time.monotonic()
+    result = etl(
+        "run",
+        "examples/wordcount/pipeline.py",
+        "--once",
+        "--param",
+        f"input_dir={tmp_path}",
+        "--warehouse",
+        tmp_path / "wh",
+        "--master",
+        "spark://127.0.0.1:9",
+        cwd=Path(__file__).parents[2],
+    )
+    assert result.returncode == 2, result.stderr
+    assert time.monotonic() - started < 30
+    assert "unreachable" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("password", ["p@ss:w/rd", "s3cr@t", "a%40b#c"])
+def test_a_password_with_special_characters_is_never_printed(tmp_path, password):
+    url = f"postgresql://etl:{password}@127.0.0.1:9/etl"
+    for args in (
+        ("status", "--catalog", url),
+        ("config", "--catalog", url),
+        ("config", "--format", "json"),
+    ):
+        result = etl(*args, cwd=tmp_path, ETL_CATALOG_URL=url, **NO_JAVA)
+        text = result.stdout + result.stderr
+        from urllib.parse import unquote
+
+        for secret in {password, unquote(password), *re.split(r"[@:/%#]", password)}:
+            if len(secret) >= 3:
+                assert secret not in text, (args, text)
+
+
+def test_config_precedence_flags_env_file_defaults(tmp_path):
+    (tmp_path / "etl.toml").write_text(
+        'warehouse = "wh-from-file"\nmaster = "local[3]"\nengine = "spark"\n'
+        'catalog = "sqlite:///from-file.sqlite"\n'
+    )
+    result = etl(
+        "config", "--format", "json", cwd=tmp_path, ETL_CATALOG_URL="sqlite:///from-env.sqlite"
+    )
+    assert result.returncode == 0, result.stderr
+    settings = json.loads(result.stdout)["settings"]
+    assert settings["warehouse"] == {
+        "value": str(tmp_path / "wh-from-file"),
+        "source": f"file {tmp_path / 'etl.toml'}",
+    }
+    assert settings["catalog"] == {
+        "value": "sqlite:///from-env.sqlite",
+        "source": "env ETL_CATALOG_URL",
+    }
+    assert settings["master"]["source"] == "env ETL_SPARK_MASTER"  # the test runner sets it
+    assert settings["engine"]["value"] == "spark"
+    assert settings["consistency"] == {"value": "repeatable-read", "source": "default"}
+    flagged = etl("config", "--format", "json", "--warehouse", "elsewhere", cwd=tmp_path)
+    assert json.loads(flagged.stdout)["settings"]["warehouse"]["source"] == "flag"
+    # the file's settings reach every command
+    status = etl("status", cwd=tmp_path, **NO_JAVA)
+    assert status.returncode == 2 and "from-file.sqlite" in status.stderr
+    (tmp_path / "etl.toml").write_text('warehous = "typo"\n')
+    bad = etl("status", cwd=tmp_path, **NO_JAVA)
+    assert bad.returncode == 2 and "unknown setting(s) warehous" in bad.stderr
+
+
+def test_conventions_version_short_help_choices_and_flags(tmp_path):
+    assert etl("--version", cwd=tmp_path).stdout.startswith("etl (Delta Barrier) ")
+    for command in ("sql", "run", "snapshot", "config", "status"):
+        result = etl(command, "-h", cwd=tmp_path, COLUMNS="200")
+        assert result.returncode == 0, result.stderr
+        assert not re.search(r"<(bool|str|int|float|list\[str\]|path)>", result.stdout), (
+            result.stdout
+        )
+    sql_help = etl("sql", "-h", cwd=tmp_path, COLUMNS="200").stdout
+    assert "[read-uncommitted|read-committed|repeatable-read]" in sql_help
+    assert "[table|csv|json]" in sql_help and "[duckdb|spark]" in sql_help
+    bad = etl("sql", "SELECT 1 FROM words", "--consistency", "serializable", cwd=tmp_path)
+    assert bad.returncode == 2
+    both = etl(
+        "sql",
+        "SELECT * FROM words",
+        "--as-of-epoch",
+        "1",
+        "--as-of-time",
+        "2025-01-01",
+        "--warehouse",
+        tmp_path,
+        cwd=tmp_path,
+    )
+    assert both.returncode == 2 and "--as-of-epoch or --as-of-time" in both.stderr
+    assert "as_of" not in both.stderr
+    completion = etl("--show-completion", "bash", cwd=tmp_path, SHELL="/bin/bash")
+    assert completion.returncode == 0 and "complete" in completion.stdout
+
+
+def test_a_typo_in_sql_is_one_plain_line(tmp_path):
+    result = etl("sql", "SELECT a * FROM words WHERE", "--warehouse", tmp_path, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "incomplete expression" in result.stderr
+    assert "<class" not in result.stderr and not ANSI.search(result.stderr)
