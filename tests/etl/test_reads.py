@@ -439,7 +439,7 @@ def test_conventions_version_short_help_choices_and_flags(tmp_path):
         tmp_path,
         cwd=tmp_path,
     )
-    assert both.returncode == 2 and "--as-of-epoch or --as-of-time" in both.stderr
+    assert both.returncode == 2 and "give one of --as-of-epoch, --as-of-time" in both.stderr
     assert "as_of" not in both.stderr
     completion = etl("--show-completion", "bash", cwd=tmp_path, SHELL="/bin/bash")
     assert completion.returncode == 0 and "complete" in completion.stdout
