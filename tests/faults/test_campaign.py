@@ -84,7 +84,22 @@ def test_fault_scenario_matches_the_run_without_faults(
     scenario = C.generate(seed)
     reference = references(scenario.kind)
     broker, producer = _kafka(request) if scenario.kind == "kafka" else (None, None)
-    outcome = C.play(spark, tmp_path, scenario, reference, broker=broker, producer=producer)
+    # A zombie is a process frozen at any instant, possibly inside a catalog transaction.
+    # SQLite has no server to end a frozen holder's transaction, so other processes wait
+    # until it wakes or dies (the README says so: several processes share PostgreSQL);
+    # PostgreSQL ends it (idle_in_transaction_session_timeout) and takeover goes on.
+    catalog_url = (
+        request.getfixturevalue("postgres_url") if scenario.injection == "zombie" else None
+    )
+    outcome = C.play(
+        spark,
+        tmp_path,
+        scenario,
+        reference,
+        broker=broker,
+        producer=producer,
+        catalog_url=catalog_url,
+    )
     outcomes.append(outcome)
     print(outcome.report())
     assert not outcome.failures, outcome.report()

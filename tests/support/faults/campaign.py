@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from catalog import CatalogUnavailableError, EpochState, load_catalog
+from catalog import CatalogUnavailableError, EpochState
 from consistency import NoCommonEpochError
 from etl import snapshot
 from etl.delta import read_arrow, table_version
@@ -254,7 +254,7 @@ class ReaderThread(threading.Thread):
         self.violations: list[str] = []
 
     def run(self) -> None:
-        catalog = load_catalog(None, warehouse=self.config.warehouse)
+        catalog = self.config.open_catalog()
         tables = P.TABLES[self.config.kind]
         try:
             while not self.stop.wait(self.interval):
@@ -361,7 +361,9 @@ def child_env(fault_spec: str | None) -> dict[str, str]:
 class Driver:
     """Plays one scenario (or the reference, with ``scenario=None``) in ``root``."""
 
-    def __init__(self, spark, root: Path, kind: str, *, broker=None, producer=None):
+    def __init__(
+        self, spark, root: Path, kind: str, *, broker=None, producer=None, catalog_url=None
+    ):
         self.spark = spark
         topic = None
         if kind == "kafka":
@@ -372,8 +374,9 @@ class Driver:
             root=str(root),
             bootstrap=broker.bootstrap_servers if broker else None,
             topic=topic,
+            catalog_url=catalog_url,
         )
-        self.catalog = load_catalog(None, warehouse=self.config.warehouse)
+        self.catalog = self.config.open_catalog()
         self.inputs = P.Inputs(self.config, producer)
         self.runner = P.make_runner(self.config, spark, catalog=self.catalog)
         self.opened = 0
@@ -664,12 +667,21 @@ def diff_ids(actual: list, expected: list) -> str:
 
 
 def play(
-    spark, root: Path, scenario: Scenario, reference: Reference, *, broker=None, producer=None
+    spark,
+    root: Path,
+    scenario: Scenario,
+    reference: Reference,
+    *,
+    broker=None,
+    producer=None,
+    catalog_url: str | None = None,
 ) -> Outcome:
     """Play one scenario end to end and judge it; never raises for a finding."""
     outcome = Outcome(scenario)
     start = time.monotonic()
-    driver = Driver(spark, root, scenario.kind, broker=broker, producer=producer)
+    driver = Driver(
+        spark, root, scenario.kind, broker=broker, producer=producer, catalog_url=catalog_url
+    )
     reader = ReaderThread(driver.config, reference)
     reader.start()
     try:

@@ -62,6 +62,11 @@ class Config:
     root: str
     bootstrap: str | None = None
     topic: str | None = None
+    catalog_url: str | None = None
+    """None: the embedded SQLite catalog in the warehouse."""
+
+    def open_catalog(self) -> Catalog:
+        return load_catalog(self.catalog_url, warehouse=self.warehouse)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -223,7 +228,7 @@ def make_runner(
     strict: bool = True,
     lease_ttl_seconds: float = 120.0,
 ) -> Runner:
-    catalog = catalog or load_catalog(None, warehouse=config.warehouse)
+    catalog = catalog or config.open_catalog()
     runner = Runner(
         build(config, strict=strict),
         catalog=catalog,
