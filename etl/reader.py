@@ -18,11 +18,10 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.scope import build_scope
 
-from catalog import Catalog, UnknownTableError
+from catalog import Catalog, UnknownTableError, as_utc
 from consistency import Level, Snapshot, parse_level, resolve_snapshot
 from etl.delta import read_arrow, read_table, table_version
 from etl.errors import SqlTablesError, UsageError
-from etl.timestamps import as_utc
 
 if TYPE_CHECKING:
     import duckdb
