@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -93,7 +92,7 @@ def test_block_resolve_failures_and_two_pipelines_in_one_warehouse(tmp_path):
     orders = next(t for t in report["tables"] if t["table"] == "orders")
     assert orders["pipeline"] == "shop" and orders["blocked_epoch"] == 1
     assert orders["resolve"] == "etl resolve orders 1 --accept|--quarantine|--skip"
-    assert "ExpectColumnValuesToNotBeNull" in orders["blocked"]
+    assert "expect_column_values_to_not_be_null" in orders["blocked"]
     assert [t["table"] for t in report["tables"]][:2] == ["orders", "big_orders"]  # lineage
 
     # 2. Skip it: rolled back and sealed empty, recorded; no Spark needed.
