@@ -47,6 +47,8 @@ def process_start(pid: int) -> int | None:
         return None
     # The command name (field 2) may hold spaces and parentheses: fields follow the last ')'.
     fields = text.rsplit(")", 1)[-1].split()
+    if fields and fields[0] in ("Z", "X"):
+        return None  # a zombie, or dead: it will never renew a lease again
     try:
         return int(fields[19])  # field 22 of the whole line: starttime
     except (IndexError, ValueError):

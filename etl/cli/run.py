@@ -92,7 +92,7 @@ def run(
     deadline = time.monotonic() + wait
     # A busy pipeline is refused before Spark starts; acquiring the leases decides.
     _retry_while_busy(lambda: _check_not_held(catalog, pipeline), deadline, wait)
-    spark = build_spark(master=master, app_name=f"etl-{pipeline.name}")
+    spark = _spark_log(build_spark(master=master, app_name=f"etl-{pipeline.name}"), verbose)
     stopping = threading.Event()
     runner = Runner(
         pipeline,
@@ -128,6 +128,12 @@ def run(
     finally:
         runner.release()
     _report(result, runner, fmt=format)
+    if verbose:
+        import traceback
+
+        for failure in result.failures:
+            if failure.exception is not None:
+                err.print("".join(traceback.format_exception(failure.exception)), markup=False)
     raise typer.Exit(result.exit_code)
 
 
@@ -137,11 +143,17 @@ def _quiet(verbose: bool) -> None:
 
     if verbose:
         logging.basicConfig(level=logging.INFO)
-        os.environ.pop("ETL_QUIET_SPARK", None)
         return
     logging.basicConfig(level=logging.CRITICAL)
     for name in ("py4j", "pyspark", "etl"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _spark_log(spark, verbose: bool):
+    """Spark's JVM log (with its stack traces) on stderr only with -v."""
+    if not verbose:
+        spark.sparkContext.setLogLevel("OFF")
+    return spark
 
 
 def _load(pipeline_file: Path, items: list[str]):
@@ -398,7 +410,7 @@ def recover(
         pipeline,
         catalog=catalog,
         warehouse=str(warehouse.resolve()),
-        spark=build_spark(master=master, app_name="etl-recover"),
+        spark=_spark_log(build_spark(master=master, app_name="etl-recover"), verbose),
     )
     with runner:
         result = runner.recover()

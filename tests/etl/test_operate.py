@@ -261,6 +261,9 @@ def test_status_json_against_a_scripted_history(tmp_path):
         catalog.register_table(TableSpec("agg", str(warehouse / "agg"), pipeline="p"))
         catalog.register_job(JobSpec("load", "raw", source="src", pipeline="p"))
         catalog.register_job(JobSpec("roll", "agg", inputs=("raw",), pipeline="p"))
+        # A job the pipeline file no longer declares: it never ran since.
+        catalog.register_table(TableSpec("old_t", str(warehouse / "old_t"), pipeline="p"))
+        catalog.register_job(JobSpec("old", "old_t", inputs=("raw",), pipeline="p"))
         e1 = catalog.open_epoch(day_ago, pipeline="p")
         e2 = catalog.open_epoch(day_ago + timedelta(seconds=10), pipeline="p")
         load = catalog.acquire_lease("load", "host:1:1:x", ttl_seconds=60)
@@ -296,11 +299,13 @@ def test_status_json_against_a_scripted_history(tmp_path):
     assert datetime.fromisoformat(report["generated_at"]).tzinfo is not None
     (pipeline,) = report["pipelines"]
     assert pipeline["pipeline"] == "p" and pipeline["latest_epoch"] == e2.id
-    assert pipeline["last_commit"] == e1.id and pipeline["running"] is False
+    # The job no file declares holds the pipeline's COMMIT back until it is retired.
+    assert pipeline["last_commit"] is None and pipeline["running"] is False
     assert pipeline["failing_jobs"] == ["roll"]
     assert 86000 < pipeline["latest_epoch_age_seconds"] < 87000
-    raw, agg = report["tables"]  # lineage order
-    assert (raw["table"], agg["table"]) == ("raw", "agg")
+    raw, agg, old = report["tables"]  # lineage order
+    assert (raw["table"], agg["table"], old["table"]) == ("raw", "agg", "old_t")
+    assert old["stale_job"] == "etl retire job old" and agg["stale_job"] is None
     assert raw["lag_epochs"] == 0 and agg["lag_epochs"] == 1
     assert isinstance(raw["lag_seconds"], float) and 86000 < raw["lag_seconds"] < 87000
     assert 86000 < agg["freshness_seconds"] < 87000 and agg["freshness_epoch"] == e1.id
@@ -311,5 +316,20 @@ def test_status_json_against_a_scripted_history(tmp_path):
     assert datetime.fromisoformat(raw["written_barrier_ts"]).tzinfo is not None
     table = etl("status", "--warehouse", warehouse, cwd=tmp_path, COLUMNS="100")
     assert table.returncode == 0, table.stderr
-    assert "pipeline p: 2 tables, not running" in table.stdout
+    assert "pipeline p: 3 tables, not running" in table.stdout
     assert "failed: job roll epoch 2 attempt 1" in table.stdout
+    assert "etl retire job old" in table.stdout
+    retired = etl("retire", "job", "old", "--warehouse", warehouse, cwd=tmp_path)
+    assert retired.returncode == 0, retired.stderr
+    assert "retired job old and its table(s) old_t" in retired.stdout
+
+
+def test_run_refuses_bad_options_before_spark_starts(tmp_path):
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    base = ("run", WORDCOUNT, "--warehouse", tmp_path / "wh", "--param", f"input_dir={incoming}")
+    stray = etl(*base, "--once", "--param", "colour=blue", cwd=tmp_path, timeout=120)
+    assert stray.returncode == 2
+    assert "--param colour: " in stray.stderr and "input_dir" in stray.stderr
+    both = etl(*base, "--once", "--epoch-interval", "2", cwd=tmp_path, timeout=120)
+    assert both.returncode == 2 and "--epoch-interval goes with --continuous" in both.stderr
