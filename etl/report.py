@@ -210,7 +210,9 @@ def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusRep
             status.writer_job is not None
             and not status.retired
             and latest is not None
-            and (lease is None or (lease.acquired_at or now) < latest.created_at)
+            # A run holds every job of its file from before it opens its epoch until it
+            # ends: a lease that ended before the newest epoch was opened was not in it.
+            and (lease is None or lease.expires_at < latest.created_at)
             and not live
         ):
             stale = f"etl retire job {status.writer_job}"

@@ -152,7 +152,15 @@ def _quiet(verbose: bool) -> None:
 def _spark_log(spark, verbose: bool):
     """Spark's JVM log (with its stack traces) on stderr only with -v."""
     if not verbose:
+        import logging
+
+        from pyspark.logger import PySparkLogger
+
         spark.sparkContext.setLogLevel("OFF")
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+            # PySpark logs a failed query with its Java stack trace (JSON on stderr); the
+            # failure is reported in one line and kept in the catalog instead.
+            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
     return spark
 
 

@@ -244,12 +244,14 @@ def test_kill_9_then_run_takes_over_at_once_and_sigterm_releases(tmp_path):
     _, stderr = second.communicate(timeout=300)
     assert second.returncode == 0, stderr
     assert "stopping (SIGTERM): finishing" in stderr and "Traceback" not in stderr
+    # The dead run's lease was taken over at once, not waited for.
+    assert "took over job ingest_words from " in stderr and "that process is gone" in stderr
     with load_catalog(warehouse=warehouse) as catalog:
         now = datetime.now(UTC)
-        for job in ("ingest_words", "count_words", "count_counts"):
-            lease = catalog.get_lease(job) if job in {j.name for j in catalog.list_jobs()} else None
+        for job in catalog.list_jobs():
+            lease = catalog.get_lease(job.name)
             assert lease is None or lease.expires_at <= now + timedelta(seconds=1)
-    assert took < 60  # the old lease (15 s) was not waited for: the owner is dead
+    assert took < 300  # mostly Spark start-up, which depends on the machine's load
 
 
 def test_status_json_against_a_scripted_history(tmp_path):
