@@ -179,7 +179,7 @@ def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusRep
         if lease is not None:
             leases[status.writer_job] = lease
         failure = status.writer_last_failure
-        last_failure = None
+        last_failure: dict[str, object] | None = None
         if failure is not None:
             last_failure = {
                 "epoch": failure.epoch,
@@ -273,7 +273,7 @@ def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusRep
         )
         lags = [r.lag_epochs for r in mine if r.lag_epochs is not None]
         fresh = [r.freshness_seconds for r in mine if r.freshness_seconds is not None]
-        blocked = sum(1 for r in mine if r.blocked)
+        blocked_count = sum(1 for r in mine if r.blocked)
         latest_age = _age(now, latest.barrier_ts) if latest else None
         commit_age = _age(now, commit.barrier_ts) if commit and commit.barrier_ts else None
         parts = [
@@ -284,8 +284,8 @@ def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusRep
         ]
         if lags:
             parts.append(f"max lag {max(lags)} epoch(s)")
-        if blocked:
-            parts.append(f"{blocked} blocked")
+        if blocked_count:
+            parts.append(f"{blocked_count} blocked")
         if failing:
             parts.append(f"failing: {', '.join(failing)}")
         pipelines.append(
@@ -298,7 +298,7 @@ def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusRep
                 last_commit_age_seconds=commit_age,
                 running=bool(running_jobs),
                 running_jobs=running_jobs,
-                blocked=blocked,
+                blocked=blocked_count,
                 failing_jobs=failing,
                 max_lag_epochs=max(lags) if lags else None,
                 freshness_seconds=max(fresh) if fresh else None,

@@ -300,7 +300,7 @@ class Runner:
                 ]
                 for item in job.inputs
             }
-        recorded = ()
+        recorded: tuple[int, ...] = ()
         if job.source is not None:
             recorded = tuple(
                 s.epoch

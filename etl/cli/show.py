@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -216,7 +216,7 @@ def epochs(
             for failure in catalog.failures(job=writer, limit=500):
                 if failure.epoch is not None:
                     failed.setdefault(failure.epoch, []).append(failure)
-    records = [
+    records: list[dict[str, Any]] = [
         {
             "epoch": s.epoch,
             "state": s.state.value,

@@ -137,10 +137,15 @@ def accept(
     """Seal the blocked epoch as written (its recorded PROCESSED versions)."""
     _claim(catalog, blocked, lease)
     states = catalog.states_at(blocked.tables, blocked.epoch)
-    versions, rows = {}, {}
+    versions: dict[str, int] = {}
+    rows: dict[str, int] = {}
     for table in blocked.tables:
         state = states.get(table)
-        if state is not None and state.state is EpochState.PROCESSED:
+        if (
+            state is not None
+            and state.state is EpochState.PROCESSED
+            and state.delta_version is not None
+        ):
             versions[table] = state.delta_version
             rows[table] = state.rows or 0
         else:
