@@ -209,12 +209,12 @@ def _handle_signals(runner, stopping: threading.Event) -> None:
             left = {job: n for job, n in runner.remaining().items() if n}
         except Exception:  # noqa: BLE001 - a report, never a reason to fail
             left = {}
-        total = sum(left.values())
+        total = max(left.values(), default=0)
         detail = ", ".join(f"{job}: {n}" for job, n in left.items())
         name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
         err.print(
             f"stopping ({name}): finishing {total} epoch(s) left"
-            + (f" ({detail})" if detail else "")
+            + (f" (per job: {detail})" if detail else "")
             + "; no new epochs are opened. Ctrl-C or SIGTERM again stops at once"
         )
 

@@ -214,7 +214,18 @@ def test_kill_9_then_run_takes_over_at_once_and_sigterm_releases(tmp_path):
     incoming.mkdir()
     (incoming / "a.txt").write_text("apple\npear\n")
     args = ("--warehouse", warehouse, "--param", f"input_dir={incoming}")
-    child = start("run", WORDCOUNT, "--continuous", "--epoch-interval", "1", *args, cwd=tmp_path)
+    # A long lease: only the dead-owner takeover lets the next run in before it expires.
+    child = start(
+        "run",
+        WORDCOUNT,
+        "--continuous",
+        "--epoch-interval",
+        "1",
+        "--lease-ttl",
+        "600",
+        *args,
+        cwd=tmp_path,
+    )
     deadline = time.monotonic() + 300
     while True:
         assert child.poll() is None, child.stderr.read()
