@@ -36,10 +36,10 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 demo: $(STAMP)
-	$(BIN)/python -m examples.shop.demo
+	$(BIN)/python -m examples.shop.demo --warehouse demo-warehouse
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) warehouse .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

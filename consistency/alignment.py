@@ -18,7 +18,11 @@ from consistency.models import EpochBatch
 
 @dataclass(frozen=True)
 class PendingEpochs:
-    """The epochs a job has not sealed yet and may process now."""
+    """The epochs a job has not sealed yet and may process now.
+
+    Epoch ids are one sequence per catalog, shared by every pipeline: a job sees only its
+    pipeline's epochs (``issued``), which need not be contiguous ids.
+    """
 
     done_through: int
     """The output's last sealed (WRITTEN or COALESCED) epoch, or its first epoch - 1."""
@@ -28,11 +32,13 @@ class PendingEpochs:
     runnable: Sequence[int]
     """Ascending epochs in (done_through, horizon] that every input has WRITTEN. A batch
     may only end at one of them."""
+    pending: Sequence[int] = ()
+    """Ascending: the pipeline's issued epochs in (done_through, horizon]."""
 
     @property
     def count(self) -> int:
         """How many epochs are pending up to the horizon (runnable or not)."""
-        return self.horizon - self.done_through
+        return len(self.pending)
 
     @property
     def last_runnable(self) -> int | None:
@@ -42,43 +48,45 @@ class PendingEpochs:
 def pending_epochs(
     *,
     done_through: int,
-    issued_through: int,
+    issued: Collection[int],
     inputs_written: Mapping[str, Collection[int]] | None,
 ) -> PendingEpochs:
     """The pending epochs of a job and which of them are runnable.
 
+    ``issued`` holds the epoch ids the job's pipeline has issued (any superset of those
+    after ``done_through`` will do; ids of other pipelines must not be in it).
     ``inputs_written`` maps each input table to its WRITTEN epochs (any superset of those
     after ``done_through`` will do); None or empty means a source job, for which every
     issued epoch is runnable.
     """
-    if done_through > issued_through:
+    if issued and done_through > max(issued):
         raise BatchPlanError(
             f"the output is sealed through epoch {done_through}, after the newest issued "
-            f"epoch {issued_through}; read both from the same catalog"
+            f"epoch {max(issued)}; read both from the same catalog"
         )
+    own = sorted(e for e in set(issued) if e > done_through)
+    if not own:
+        return PendingEpochs(done_through=done_through, horizon=done_through, runnable=())
+    newest = own[-1]
     if not inputs_written:
         return PendingEpochs(
-            done_through=done_through,
-            horizon=issued_through,
-            runnable=range(done_through + 1, issued_through + 1),
+            done_through=done_through, horizon=newest, runnable=tuple(own), pending=tuple(own)
         )
     written = [set(epochs) for epochs in inputs_written.values()]
     if not all(written):
         return PendingEpochs(done_through=done_through, horizon=done_through, runnable=())
-    horizon = max(done_through, min(issued_through, *(max(epochs) for epochs in written)))
-    smallest = min(written, key=len)
-    runnable = sorted(
-        epoch
-        for epoch in smallest
-        if done_through < epoch <= horizon and all(epoch in epochs for epochs in written)
+    horizon = max(done_through, min(newest, *(max(epochs) for epochs in written)))
+    pending = tuple(e for e in own if e <= horizon)
+    runnable = tuple(e for e in pending if all(e in epochs for epochs in written))
+    return PendingEpochs(
+        done_through=done_through, horizon=horizon, runnable=runnable, pending=pending
     )
-    return PendingEpochs(done_through=done_through, horizon=horizon, runnable=tuple(runnable))
 
 
 def plan_batches(
     *,
     done_through: int,
-    issued_through: int,
+    issued: Collection[int],
     inputs_written: Mapping[str, Collection[int]] | None,
     backlog_threshold: int | None = None,
     max_batch: int | None = None,
@@ -102,40 +110,47 @@ def plan_batches(
     ends there, so that the replay reads exactly that recorded slice and nothing is cut
     past it (docs/design.md, "Failure and recovery").
 
-    The batches are contiguous from ``done_through + 1``; see :func:`pending_epochs` for
-    the other arguments.
+    Everything counts in the pipeline's own epochs (``issued``): a batch starts at the
+    pipeline's first epoch after the previous batch (ids of other pipelines in between
+    are nobody's business here), the batches are contiguous in the pipeline's epochs
+    from the first one after ``done_through``, and ``max_batch`` and
+    ``backlog_threshold`` count the pipeline's epochs. See :func:`pending_epochs` for the
+    other arguments.
     """
     for name, value in (("backlog_threshold", backlog_threshold), ("max_batch", max_batch)):
         if value is not None and value < 1:
             raise BatchPlanError(f"{name} must be at least 1, got {value}")
     pending = pending_epochs(
-        done_through=done_through, issued_through=issued_through, inputs_written=inputs_written
+        done_through=done_through, issued=issued, inputs_written=inputs_written
     )
     runnable = pending.runnable
     if not runnable:
         return []
+    own = list(pending.pending)
+    position = {epoch: index for index, epoch in enumerate(own)}
+    runnable_at = [position[e] for e in runnable]
     backlog = backlog_threshold is not None and pending.count >= backlog_threshold
     batches: list[EpochBatch] = []
-    start = done_through + 1
+    start = 0
     if not backlog:
         for epoch in runnable:
-            batches.append(EpochBatch(start, epoch))
-            start = epoch + 1
+            batches.append(EpochBatch(own[start], epoch))
+            start = position[epoch] + 1
         return batches
-    last = runnable[-1]
-    stops = sorted(recorded_slices)
+    last = runnable_at[-1]
+    stops = sorted(position[e] for e in set(recorded_slices) if e in position)
     while start <= last:
         if max_batch is None:
             end = last
         else:
-            within = bisect_right(runnable, start + max_batch - 1) - 1
-            if within >= 0 and runnable[within] >= start:
-                end = runnable[within]
+            within = bisect_right(runnable_at, start + max_batch - 1) - 1
+            if within >= 0 and runnable_at[within] >= start:
+                end = runnable_at[within]
             else:
-                end = runnable[bisect_left(runnable, start)]
+                end = runnable_at[bisect_left(runnable_at, start)]
         recorded = [e for e in stops if start <= e < end]
         if recorded:
             end = recorded[0]
-        batches.append(EpochBatch(start, end))
+        batches.append(EpochBatch(own[start], own[end]))
         start = end + 1
     return batches

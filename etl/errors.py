@@ -189,16 +189,50 @@ class PipelineLoadError(EtlError):
 
 
 class PipelineBusyError(EtlError):
-    """Another runner holds the pipeline's job leases."""
+    """Another runner holds the pipeline's job leases.
 
-    def __init__(self, *, pipeline: str, job: str, owner: str):
+    The message says who holds it, since when, until when, whether that process is alive
+    (``owner_state``: alive, dead or unknown for another host) and how to wait.
+    """
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        job: str,
+        owner: str,
+        acquired_at: object = None,
+        expires_at: object = None,
+        owner_state: str | None = None,
+    ):
         self.pipeline = pipeline
         self.job = job
         self.owner = owner
+        self.acquired_at = acquired_at
+        self.expires_at = expires_at
+        self.owner_state = owner_state
+        held = f"it holds the lease of job {job!r}"
+        if acquired_at is not None:
+            held += f" since {_when(acquired_at)}"
+        if expires_at is not None:
+            held += f", until {_when(expires_at)} unless renewed"
+        process = {
+            "alive": "; its process is alive on this host",
+            "dead": "; its process is gone, so its lease is taken over at once",
+            "unknown": "; it runs on another host (its lease lapses if it died)",
+        }.get(owner_state or "", "")
         super().__init__(
-            f"pipeline {pipeline!r} is being run by {owner} (it holds the lease of job {job!r}); "
-            "nothing was written. Wait for that run to finish, or for its lease to expire if it died"
+            f"pipeline {pipeline!r} is being run by {owner} ({held}{process}); nothing was "
+            "written. Wait for that run with --wait SECONDS, or let it finish"
         )
+
+
+def _when(value: object) -> str:
+    from datetime import datetime
+
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    return str(value)
 
 
 class JobError(EtlError):

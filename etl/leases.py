@@ -7,18 +7,99 @@ A lease that another runner took over is *lost*: :meth:`LeaseKeeper.check` raise
 LeaseLostError, which a batch calls before every write. Whatever a lost runner still
 tries is refused anyway (the catalog checks generations, the Delta tables are fenced:
 :class:`etl.delta.Fence`); the check makes it stop early.
+
+Fast takeover: an owner string is ``host:pid:start:id`` (:func:`make_owner`), where
+``start`` is the process's start time in clock ticks since boot (``/proc/PID/stat``).
+A lease whose owner ran on this host and whose process is gone (no such pid, or a pid
+reused by a process that started at another time) is taken over at once
+(:meth:`Catalog.take_over_lease`, compare-and-swap on owner and generation), without
+waiting for it to expire. An owner on another host is never judged: its lease lapses.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
 
-from catalog import Catalog, CatalogError, Lease, StaleLeaseError
+from catalog import Catalog, CatalogError, Lease, LeaseHeldError, StaleLeaseError
 from etl.errors import InternalError, LeaseLostError
 
 log = logging.getLogger(__name__)
+
+
+OwnerState = Literal["alive", "dead", "unknown"]
+"""Whether a lease owner's process lives: ``unknown`` for another host or an odd owner."""
+
+
+def process_start(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), or None if there is no such
+    process (or no /proc to ask)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: fields follow the last ')'.
+    fields = text.rsplit(")", 1)[-1].split()
+    if fields and fields[0] in ("Z", "X"):
+        return None  # a zombie, or dead: it will never renew a lease again
+    try:
+        return int(fields[19])  # field 22 of the whole line: starttime
+    except (IndexError, ValueError):
+        return None
+
+
+def make_owner() -> str:
+    """This process's owner string: ``host:pid:start:id``."""
+    pid = os.getpid()
+    start = process_start(pid)
+    return (
+        f"{socket.gethostname()}:{pid}:{start if start is not None else '-'}:{uuid.uuid4().hex[:8]}"
+    )
+
+
+@dataclass(frozen=True)
+class OwnerInfo:
+    host: str
+    pid: int
+    start: int | None
+    """The process's start time when the owner recorded it (older owners did not)."""
+
+
+def parse_owner(owner: str) -> OwnerInfo | None:
+    parts = owner.split(":")
+    if len(parts) not in (3, 4):
+        return None
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return None
+    start = None
+    if len(parts) == 4 and parts[2].isdigit():
+        start = int(parts[2])
+    return OwnerInfo(host=parts[0], pid=pid, start=start)
+
+
+def owner_state(owner: str) -> OwnerState:
+    """``dead`` only when proven: same host, and the pid is gone or belongs to a process
+    that started at another time than the owner's."""
+    info = parse_owner(owner)
+    if info is None or info.host != socket.gethostname():
+        return "unknown"
+    if info.pid == os.getpid():
+        return "alive"
+    start = process_start(info.pid)
+    if start is None:
+        return "dead" if os.path.isdir("/proc/self") else "unknown"
+    if info.start is not None and start != info.start:
+        return "dead"  # the pid was reused
+    return "alive"
 
 
 class LeaseKeeper:
@@ -33,6 +114,8 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.taken_over: list[Lease] = []
+        """The leases of dead owners this keeper took over (as they were before)."""
 
     @property
     def held(self) -> bool:
@@ -42,7 +125,7 @@ class LeaseKeeper:
         """Take every job's lease (all or none: LeaseHeldError releases those taken)."""
         try:
             for job in jobs:
-                lease = self.catalog.acquire_lease(job, self.owner, ttl_seconds=self.ttl_seconds)
+                lease = self._acquire(job)
                 with self._lock:
                     self._leases[job] = lease
                     self._lost.pop(job, None)
@@ -50,6 +133,27 @@ class LeaseKeeper:
             self.release()
             raise
         self._start()
+
+    def _acquire(self, job: str) -> Lease:
+        """Take the lease; a live-looking lease of a dead owner on this host is taken over."""
+        try:
+            return self.catalog.acquire_lease(job, self.owner, ttl_seconds=self.ttl_seconds)
+        except LeaseHeldError as exc:
+            if owner_state(exc.owner) != "dead":
+                raise
+            held = self.catalog.get_lease(job)
+            if held is None or held.owner != exc.owner:
+                return self.catalog.acquire_lease(job, self.owner, ttl_seconds=self.ttl_seconds)
+            lease = self.catalog.take_over_lease(
+                job,
+                self.owner,
+                expected_owner=held.owner,
+                expected_generation=held.generation,
+                ttl_seconds=self.ttl_seconds,
+            )
+            log.info("took over the lease of job %s from dead run %s", job, held.owner)
+            self.taken_over.append(held)
+            return lease
 
     def lease(self, job: str) -> Lease:
         """The job's current lease; LeaseLostError if another runner took it over."""
@@ -121,4 +225,12 @@ class LeaseKeeper:
             self.renew_all()
 
 
-__all__ = ["LeaseKeeper"]
+__all__ = [
+    "LeaseKeeper",
+    "OwnerInfo",
+    "OwnerState",
+    "make_owner",
+    "owner_state",
+    "parse_owner",
+    "process_start",
+]

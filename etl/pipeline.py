@@ -319,8 +319,28 @@ _PARAMS: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextV
 )
 
 
+_PARAMS_READ: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
+    "delta_barrier_params_read", default=None
+)
+
+
+@contextmanager
+def params_read() -> Iterator[set[str]]:
+    """The names of the parameters :func:`param` is asked for inside the block (what a
+    pipeline file declares), so that ``etl run`` can refuse a ``--param`` nobody reads."""
+    read: set[str] = set()
+    token = _PARAMS_READ.set(read)
+    try:
+        yield read
+    finally:
+        _PARAMS_READ.reset(token)
+
+
 def param(key: str, default: str | None = None) -> str:
     """A pipeline parameter from ``--param key=value``, or ``default``."""
+    read = _PARAMS_READ.get()
+    if read is not None:
+        read.add(key)
     value = (_PARAMS.get() or {}).get(key, default)
     if value is None:
         raise PipelineDefinitionError(
@@ -348,5 +368,6 @@ __all__ = [
     "Transform",
     "param",
     "parameters",
+    "params_read",
     "table_location",
 ]

@@ -4,42 +4,193 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
-from catalog import Catalog, EpochState
+from catalog import PIPELINE_DEFAULT, Catalog, EpochState
 
 
 @dataclass(frozen=True)
 class TableStatusRow:
+    """One table as an operator sees it. Times are against ``now`` (the report's time)."""
+
     table: str
+    pipeline: str
     kind: str
     writer_job: str | None
+    retired: bool
     latest_processed: int | None
     latest_written: int | None
     written_at: datetime | None
+    """When the latest WRITTEN epoch was sealed."""
+    written_barrier_ts: datetime | None
+    """The barrier timestamp of the latest WRITTEN epoch."""
     lag_epochs: int | None
+    """How many of its pipeline's epochs the table has not sealed yet."""
     lag_seconds: float | None
-    last_commit: int | None
+    """Age (now - barrier timestamp) of the table's latest WRITTEN epoch."""
+    freshness_seconds: float | None
+    """End to end: age of the newest source barrier visible at repeatable-read through
+    the table and every table upstream of it."""
+    freshness_epoch: int | None
+    """That repeatable-read epoch."""
+    running: bool
+    """Its writer job holds a live lease: a run is working on it."""
+    lease_owner: str | None
+    lease_acquired_at: datetime | None
+    lease_expires_at: datetime | None
+    owner_alive: str | None
+    """alive, dead or unknown (another host): whether the lease owner's process lives."""
+    last_failure: dict[str, object] | None
+    """The writer job's newest failure: epoch, attempt, error_class, message, failed_at."""
+    blocked_epoch: int | None
     blocked: str | None
+    """Why the epoch is blocked (the failed expectations)."""
+    resolve: str | None
+    """The command that resolves the block."""
+    stale_job: str | None
+    """Set when the writer job was not part of its pipeline's latest run (its file may no
+    longer declare it): the command that retires it."""
+    last_commit: int | None
+    """The newest COMMIT epoch of the table's pipeline."""
 
 
-def status_rows(catalog: Catalog) -> list[TableStatusRow]:
-    newest = catalog.latest_epoch()
-    commit = catalog.latest_commit()
-    rows = []
-    for status in catalog.table_status():
+@dataclass(frozen=True)
+class PipelineStatus:
+    pipeline: str
+    tables: int
+    latest_epoch: int | None
+    latest_epoch_age_seconds: float | None
+    last_commit: int | None
+    last_commit_age_seconds: float | None
+    running: bool
+    running_jobs: list[str]
+    blocked: int
+    failing_jobs: list[str]
+    max_lag_epochs: int | None
+    freshness_seconds: float | None
+    """The worst end-to-end freshness among its tables."""
+    summary: str
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    generated_at: datetime
+    pipelines: list[PipelineStatus]
+    tables: list[TableStatusRow]
+
+
+def _age(now: datetime, ts: datetime | None) -> float | None:
+    if ts is None:
+        return None
+    return round((now - ts).total_seconds(), 3)
+
+
+def _lineage_order(catalog: Catalog, names: list[str]) -> list[str]:
+    """Tables upstream first (sources' tables, then what reads them), name within a level."""
+    jobs = catalog.list_jobs(include_retired=True)
+    inputs_of: dict[str, set[str]] = {}
+    for job in jobs:
+        for table in (job.output, *job.side_outputs):
+            inputs_of.setdefault(table, set()).update(job.inputs)
+    depth: dict[str, int] = {}
+
+    def level(table: str, seen: frozenset[str] = frozenset()) -> int:
+        if table in depth:
+            return depth[table]
+        parents = [t for t in inputs_of.get(table, ()) if t not in seen]
+        depth[table] = 1 + max((level(p, seen | {table}) for p in parents), default=-1)
+        return depth[table]
+
+    return sorted(names, key=lambda n: (level(n), n))
+
+
+def _ancestors(catalog: Catalog) -> dict[str, set[str]]:
+    inputs_of: dict[str, set[str]] = {}
+    for job in catalog.list_jobs():
+        for table in (job.output, *job.side_outputs):
+            inputs_of.setdefault(table, set()).update(job.inputs)
+    closure: dict[str, set[str]] = {}
+
+    def up(table: str) -> set[str]:
+        if table not in closure:
+            closure[table] = set()
+            for parent in inputs_of.get(table, ()):
+                closure[table] |= {parent, *up(parent)}
+        return closure[table]
+
+    for table in inputs_of:
+        up(table)
+    return closure
+
+
+def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusReport:
+    """Every table and pipeline, as ``etl status`` shows them."""
+    from etl.leases import owner_state
+
+    now = now or datetime.now(UTC)
+    statuses = {s.table: s for s in catalog.table_status()}
+    order = _lineage_order(catalog, list(statuses))
+    ancestors = _ancestors(catalog)
+    leases = {}
+    rows: list[TableStatusRow] = []
+    barrier_cache: dict[int, datetime] = {}
+
+    def barrier(epoch: int) -> datetime:
+        if epoch not in barrier_cache:
+            barrier_cache[epoch] = catalog.get_epoch(epoch).barrier_ts
+        return barrier_cache[epoch]
+
+    pipeline_epochs: dict[str, list[int]] = {}
+    for name in order:
+        status = statuses[name]
         written = status.latest_written
-        lag_epochs = lag_seconds = None
-        if newest is not None:
-            done = written.epoch if written else 0
-            lag_epochs = newest.id - done
-            if written is not None:
-                lag_seconds = (
-                    newest.barrier_ts - catalog.get_epoch(written.epoch).barrier_ts
-                ).total_seconds()
-        blocked = None
-        validation = status.latest_validation
         processed = status.latest_processed
+        pipeline = status.pipeline
+        latest = status.pipeline_latest_epoch
+        lag_epochs = None
+        if latest is not None and not status.retired:
+            done = written.epoch if written else 0
+            if pipeline not in pipeline_epochs:
+                pipeline_epochs[pipeline] = [e.id for e in catalog.epochs(pipeline=pipeline)]
+            lag_epochs = sum(1 for e in pipeline_epochs[pipeline] if e > done)
+        written_ts = status.latest_written_barrier_ts
+        freshness_epoch = None
+        if written is not None:
+            upstream = ancestors.get(name, set())
+            candidates = [written.epoch]
+            if upstream:
+                candidates += [
+                    s.epoch
+                    for s in reversed(
+                        catalog.table_epochs(name, after=max(0, written.epoch - 100))[-20:]
+                    )
+                    if s.state is EpochState.WRITTEN and s.epoch != written.epoch
+                ]
+            for epoch in candidates:
+                states = catalog.states_at(upstream, epoch) if upstream else {}
+                if all(
+                    (st := states.get(t)) is not None and st.state is EpochState.WRITTEN
+                    for t in upstream
+                ):
+                    freshness_epoch = epoch
+                    break
+        lease = status.writer_lease
+        live = lease is not None and lease.expires_at > now
+        if lease is not None:
+            leases[status.writer_job] = lease
+        failure = status.writer_last_failure
+        last_failure: dict[str, object] | None = None
+        if failure is not None:
+            last_failure = {
+                "epoch": failure.epoch,
+                "attempt": failure.attempt,
+                "error_class": failure.error_class,
+                "message": failure.message,
+                "failed_at": failure.failed_at,
+                "owner": failure.owner,
+            }
+        blocked = blocked_epoch = resolve = None
+        validation = status.latest_validation
         # GateOutcome.summary(): "blocking" lists the failed expectations that keep the
         # epoch from being sealed (empty under `warn`, or when the rest could be sealed).
         blocking = validation.results.get("blocking") if validation is not None else None
@@ -51,35 +202,151 @@ def status_rows(catalog: Catalog) -> list[TableStatusRow]:
             and processed.epoch == validation.epoch
             and processed.state is EpochState.PROCESSED
         ):
+            blocked_epoch = validation.epoch
             blocked = f"epoch {validation.epoch} failed validation: {', '.join(map(str, blocking))}"
+            resolve = f"etl resolve {name} {validation.epoch} --accept|--quarantine|--skip"
+        stale = None
+        if (
+            status.writer_job is not None
+            and not status.retired
+            and latest is not None
+            # A run holds every job of its file from before it opens its epoch until it
+            # ends: a lease that ended before the newest epoch was opened was not in it.
+            and (lease is None or lease.expires_at < latest.created_at)
+            and not live
+        ):
+            stale = f"etl retire job {status.writer_job}"
         rows.append(
             TableStatusRow(
-                table=status.table,
+                table=name,
+                pipeline=pipeline,
                 kind=status.kind,
                 writer_job=status.writer_job,
+                retired=status.retired,
                 latest_processed=processed.epoch if processed else None,
                 latest_written=written.epoch if written else None,
                 written_at=written.updated_at if written else None,
+                written_barrier_ts=written_ts,
                 lag_epochs=lag_epochs,
-                lag_seconds=lag_seconds,
-                last_commit=commit.epoch if commit else None,
+                lag_seconds=_age(now, written_ts),
+                freshness_seconds=(
+                    _age(now, barrier(freshness_epoch)) if freshness_epoch is not None else None
+                ),
+                freshness_epoch=freshness_epoch,
+                running=live,
+                lease_owner=lease.owner if live and lease is not None else None,
+                lease_acquired_at=lease.acquired_at if live and lease is not None else None,
+                lease_expires_at=lease.expires_at if live and lease is not None else None,
+                owner_alive=owner_state(lease.owner) if live and lease is not None else None,
+                last_failure=last_failure,
+                blocked_epoch=blocked_epoch,
                 blocked=blocked,
+                resolve=resolve,
+                stale_job=stale,
+                last_commit=(
+                    status.pipeline_latest_commit.epoch if status.pipeline_latest_commit else None
+                ),
             )
         )
-    return rows
+    pipelines = []
+    for info in catalog.list_pipelines():
+        mine = [r for r in rows if r.pipeline == info.name and not r.retired]
+        if not mine and info.name == PIPELINE_DEFAULT:
+            continue
+        latest = catalog.latest_epoch(pipeline=info.name)
+        commit = catalog.latest_commit(pipeline=info.name)
+        running_jobs = sorted({r.writer_job for r in mine if r.running and r.writer_job})
+        failing = sorted(
+            {
+                r.writer_job
+                for r in mine
+                if r.writer_job
+                and r.last_failure is not None
+                and (
+                    r.written_at is None
+                    or (
+                        isinstance(r.last_failure["failed_at"], datetime)
+                        and r.last_failure["failed_at"] > r.written_at
+                    )
+                )
+            }
+        )
+        lags = [r.lag_epochs for r in mine if r.lag_epochs is not None]
+        fresh = [r.freshness_seconds for r in mine if r.freshness_seconds is not None]
+        blocked_count = sum(1 for r in mine if r.blocked)
+        latest_age = _age(now, latest.barrier_ts) if latest else None
+        commit_age = _age(now, commit.barrier_ts) if commit and commit.barrier_ts else None
+        parts = [
+            f"pipeline {info.name}: {len(mine)} tables",
+            "running" if running_jobs else "not running",
+            f"latest epoch {latest.id} ({_human(latest_age)} ago)" if latest else "no epochs",
+            f"last COMMIT {commit.epoch} ({_human(commit_age)} ago)" if commit else "no COMMIT yet",
+        ]
+        if lags:
+            parts.append(f"max lag {max(lags)} epoch(s)")
+        if blocked_count:
+            parts.append(f"{blocked_count} blocked")
+        if failing:
+            parts.append(f"failing: {', '.join(failing)}")
+        pipelines.append(
+            PipelineStatus(
+                pipeline=info.name,
+                tables=len(mine),
+                latest_epoch=latest.id if latest else None,
+                latest_epoch_age_seconds=latest_age,
+                last_commit=commit.epoch if commit else None,
+                last_commit_age_seconds=commit_age,
+                running=bool(running_jobs),
+                running_jobs=running_jobs,
+                blocked=blocked_count,
+                failing_jobs=failing,
+                max_lag_epochs=max(lags) if lags else None,
+                freshness_seconds=max(fresh) if fresh else None,
+                summary=", ".join(parts),
+            )
+        )
+    return StatusReport(generated_at=now, pipelines=pipelines, tables=rows)
 
 
-def to_json(rows: list) -> str:
-    """Rows of dataclasses as JSON (datetimes in ISO-8601, states by name)."""
-    return json.dumps([asdict(r) for r in rows], default=_json_default, indent=2)
+def _human(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def status_rows(catalog: Catalog) -> list[TableStatusRow]:
+    """The tables of :func:`status_report`, in lineage order."""
+    return status_report(catalog).tables
+
+
+def to_json(rows: object) -> str:
+    """Dataclasses (or lists of them) as JSON: datetimes in ISO-8601 with their zone,
+    numbers as numbers, states by name."""
+    return json.dumps(_plain(rows), default=_json_default, indent=2)
 
 
 def _json_default(value: object) -> object:
     if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
         return value.isoformat()
     if isinstance(value, EpochState):
         return value.value
     raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if hasattr(value, "__dataclass_fields__"):
+        return asdict(value)  # type: ignore[call-overload]
+    return value
 
 
 def lineage_graph(catalog: Catalog) -> dict[str, list[dict[str, str]]]:
@@ -139,9 +406,12 @@ def lineage_text(graph: dict, *, fmt: str) -> str:
 
 
 __all__ = [
+    "PipelineStatus",
+    "StatusReport",
     "TableStatusRow",
     "lineage_graph",
     "lineage_text",
+    "status_report",
     "status_rows",
     "to_json",
 ]

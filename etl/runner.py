@@ -9,12 +9,10 @@ after each; a worker that has nothing to do waits until another job seals someth
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -23,14 +21,32 @@ from datetime import datetime
 
 from pyspark.sql import SparkSession
 
-from catalog import Catalog, Epoch, EpochState, Lease, LeaseHeldError
+from catalog import (
+    PIPELINE_DEFAULT,
+    Catalog,
+    CatalogError,
+    Epoch,
+    EpochState,
+    JobFailureRecord,
+    Lease,
+    LeaseHeldError,
+    UnknownTableError,
+)
 from consistency import EpochBatch, plan_batches
-from etl.engine import BatchResult, EpochEngine, RecoveryStep, recover
-from etl.errors import InternalError, PipelineBusyError
-from etl.leases import LeaseKeeper
+from etl.engine import BatchResult, EpochEngine, RecoveryStep, StepAction, recover
+from etl.engine.commit import next_attempt
+from etl.errors import InternalError, JobError, PipelineBusyError
+from etl.leases import LeaseKeeper, make_owner, owner_state
 from etl.pipeline import Job, Pipeline
 
 log = logging.getLogger(__name__)
+
+
+EXIT_OK, EXIT_FAILED, EXIT_BLOCKED = 0, 1, 4
+"""A run's exit codes (etl.cli.app documents them with the others)."""
+
+DEFAULT_LEASE_TTL_SECONDS = 15.0
+"""A live run renews its leases every ttl/3 seconds; a dead one's lapse within this."""
 
 
 @dataclass(frozen=True)
@@ -39,11 +55,32 @@ class JobFailure:
     epoch: int | None
     error: str
     exception: BaseException | None = field(default=None, compare=False, repr=False)
+    attempt: int | None = None
+    error_class: str | None = None
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line for an operator: no JVM stack trace, no Python traceback."""
+    text = str(exc).split("JVM stacktrace:")[0]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "Traceback (most recent call last)" in text and lines:
+        lines = [lines[-1]]
+    line = " ".join(lines)
+    return line if len(line) <= 500 else line[:497] + "..."
+
+
+def error_class(exc: BaseException) -> str:
+    """The class of the error's cause (e.g. AnalysisException), else of the error."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        return type(cause).__name__
+    return type(exc).__name__
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """What a run did. ``exit_code``: 0 done, 1 a job failed (blocked epochs are not failures)."""
+    """What a run did. ``exit_code``: 0 done, 1 a job failed, 4 an epoch is blocked by a
+    quality gate (and nothing failed)."""
 
     epochs_opened: tuple[Epoch, ...] = ()
     batches: tuple[BatchResult, ...] = ()
@@ -55,12 +92,20 @@ class RunResult:
         return tuple(b for b in self.batches if not b.sealed)
 
     @property
+    def blocked_in_recovery(self) -> tuple[RecoveryStep, ...]:
+        return tuple(s for s in self.recovered if s.action is StepAction.BLOCKED)
+
+    @property
     def ok(self) -> bool:
         return not self.failures
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.ok else 1
+        if self.failures:
+            return EXIT_FAILED
+        if self.blocked or self.blocked_in_recovery:
+            return EXIT_BLOCKED
+        return EXIT_OK
 
     def merged(self, other: RunResult) -> RunResult:
         return RunResult(
@@ -91,7 +136,7 @@ class Runner:
         warehouse: str,
         spark: SparkSession,
         owner: str | None = None,
-        lease_ttl_seconds: float = 120.0,
+        lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS,
         backlog_threshold: int | None = 10,
         max_parallel_jobs: int = 4,
         on_batch: ProgressCallback | None = None,
@@ -100,7 +145,7 @@ class Runner:
         self.catalog = catalog
         self.warehouse = str(warehouse)
         self.spark = spark
-        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = owner or make_owner()
         self.lease_ttl_seconds = lease_ttl_seconds
         self.backlog_threshold = backlog_threshold
         self.max_parallel_jobs = max_parallel_jobs
@@ -108,19 +153,48 @@ class Runner:
         self.engine = EpochEngine(pipeline=pipeline, catalog=catalog, spark=spark)
         self._keeper: LeaseKeeper | None = None
         self._registered = False
+        self._catalog_pipeline: str | None = None
+        self._running: dict[str, EpochBatch] = {}
+        self.undeclared: tuple[str, ...] = ()
+        """Active jobs registered in the pipeline that its file no longer declares."""
 
     # -- setup -------------------------------------------------------------------------
 
+    @property
+    def catalog_pipeline(self) -> str:
+        """The pipeline's name in the catalog: ``pipeline.name``, except for a warehouse
+        whose tables were registered before pipelines were a catalog notion (they stay in
+        the default pipeline)."""
+        if self._catalog_pipeline is None:
+            name = self.pipeline.name
+            for spec in self.pipeline.table_specs(self.warehouse):
+                try:
+                    known = self.catalog.get_table(spec.name)
+                except UnknownTableError:
+                    continue
+                if known.pipeline == PIPELINE_DEFAULT:
+                    name = PIPELINE_DEFAULT
+                break
+            self._catalog_pipeline = name
+        return self._catalog_pipeline
+
     def register(self) -> None:
-        """Register the pipeline's tables and jobs (idempotent)."""
-        specs = self.pipeline.table_specs(self.warehouse)
-        for spec in specs:
-            self.catalog.register_table(spec)
+        """Register the pipeline's tables and jobs under its name (idempotent), and its
+        retention policy when the pipeline file declares one."""
+        name = self.catalog_pipeline
+        for spec in self.pipeline.table_specs(self.warehouse):
+            self.catalog.register_table(dataclasses.replace(spec, pipeline=name))
+        declared = set()
         for job in self.pipeline.ordered_jobs():
-            self.catalog.register_job(self.pipeline.job_spec(job))
-        if self.pipeline.retention is not None:  # issue 11: the pipeline file's policy
-            for name in sorted({spec.pipeline for spec in specs}):  # the catalog's pipelines
-                self.catalog.set_retention_policy(name, self.pipeline.retention.to_json())
+            self.catalog.register_job(
+                dataclasses.replace(self.pipeline.job_spec(job), pipeline=name)
+            )
+            declared.add(job.name)
+        self.undeclared = tuple(
+            j.name for j in self.catalog.list_jobs(pipeline=name) if j.name not in declared
+        )
+        if self.pipeline.retention is not None:
+            self.catalog.set_retention_policy(name, self.pipeline.retention.to_json())
         self._registered = True
 
     def acquire(self) -> None:
@@ -135,9 +209,19 @@ class Runner:
             keeper.acquire(job.name for job in self.pipeline.ordered_jobs())
         except LeaseHeldError as exc:
             raise PipelineBusyError(
-                pipeline=self.pipeline.name, job=exc.job, owner=exc.owner
+                pipeline=self.pipeline.name,
+                job=exc.job,
+                owner=exc.owner,
+                acquired_at=exc.acquired_at,
+                expires_at=exc.expires_at,
+                owner_state=owner_state(exc.owner),
             ) from exc
         self._keeper = keeper
+
+    @property
+    def taken_over(self) -> list[Lease]:
+        """Leases of dead runs this runner took over without waiting for them to expire."""
+        return list(self._keeper.taken_over) if self._keeper is not None else []
 
     def release(self) -> None:
         keeper, self._keeper = self._keeper, None
@@ -167,26 +251,49 @@ class Runner:
     def recover(self) -> RunResult:
         steps: list[RecoveryStep] = []
         for job in self.pipeline.ordered_jobs():
-            steps.extend(
-                recover(self.engine, job, self._lease(job), check_lease=self._lease_check(job))
-            )
+            try:
+                steps.extend(
+                    recover(self.engine, job, self._lease(job), check_lease=self._lease_check(job))
+                )
+            except Exception as exc:
+                self._record_failure(job, None, exc)
+                raise
         return RunResult(recovered=tuple(steps))
 
     def open_epoch(self, barrier_ts: datetime | None = None) -> Epoch:
-        return self.catalog.open_epoch(barrier_ts)
+        return self.catalog.open_epoch(barrier_ts, pipeline=self.catalog_pipeline)
 
-    def plan(self, job: Job) -> list[EpochBatch]:
-        """The batches the job may run now (barrier alignment, backlog coalescing)."""
-        latest = self.catalog.latest_epoch()
-        if latest is None:
-            return []
+    def _done_through(self, job: Job) -> int:
         table = self.catalog.get_table(job.output)
         sealed = self.catalog.latest_written([job.output]).get(job.output)
-        done_through = sealed.epoch if sealed else table.first_epoch - 1
-        if done_through >= latest.id:
+        return sealed.epoch if sealed else table.first_epoch - 1
+
+    def remaining(self) -> dict[str, int]:
+        """Per job, how many of the pipeline's opened epochs it has not sealed yet."""
+        left = {}
+        for job in self.pipeline.ordered_jobs():
+            done = self._done_through(job)
+            left[job.name] = len(self.catalog.epochs(after=done, pipeline=self.catalog_pipeline))
+        return left
+
+    def in_flight(self) -> dict[str, EpochBatch]:
+        """The batch each job is running now."""
+        return dict(self._running)
+
+    def plan(self, job: Job) -> list[EpochBatch]:
+        """The batches the job may run now (barrier alignment, backlog coalescing), over
+        its pipeline's own epochs."""
+        done_through = self._done_through(job)
+        issued = [
+            e.id for e in self.catalog.epochs(after=done_through, pipeline=self.catalog_pipeline)
+        ]
+        if not issued:
             return []
-        waiting = self.catalog.table_epoch(job.output, done_through + 1)
-        if waiting is not None and waiting.state is EpochState.PROCESSED:
+        latest_id = issued[-1]
+        if any(
+            s.state is EpochState.PROCESSED
+            for s in self.catalog.table_epochs(job.output, after=done_through)
+        ):
             # Recovery has run, so a PROCESSED epoch here is one its quality gate blocked:
             # epochs go in order, the job waits until a rerun lets that one through.
             return []
@@ -196,7 +303,7 @@ class Runner:
                 item.table: [
                     s.epoch
                     for s in self.catalog.table_epochs(
-                        item.table, after=done_through, up_to=latest.id
+                        item.table, after=done_through, up_to=latest_id
                     )
                     if s.state is EpochState.WRITTEN
                 ]
@@ -206,11 +313,11 @@ class Runner:
         if job.source is not None:
             recorded = tuple(
                 s.epoch
-                for s in self.catalog.slices(job.source.name, after=done_through, up_to=latest.id)
+                for s in self.catalog.slices(job.source.name, after=done_through, up_to=latest_id)
             )
         return plan_batches(
             done_through=done_through,
-            issued_through=latest.id,
+            issued=issued,
             inputs_written=inputs_written,
             backlog_threshold=self.backlog_threshold,
             recorded_slices=recorded,
@@ -281,10 +388,17 @@ class Runner:
                 and (max_epochs is None or len(opened) < max_epochs)
             )
 
+        attempts: dict[str, int] = {}
+
         def run_one(job: Job, batch: EpochBatch) -> BatchResult:
-            result = self.engine.run_batch(
-                job, batch, self._lease(job), check_lease=self._lease_check(job)
-            )
+            self._running[job.name] = batch
+            try:
+                attempts[job.name] = next_attempt(self.catalog, self.pipeline.tables_of(job), batch)
+                result = self.engine.run_batch(
+                    job, batch, self._lease(job), check_lease=self._lease_check(job)
+                )
+            finally:
+                self._running.pop(job.name, None)
             if self.on_batch:
                 self.on_batch(result)
             return result
@@ -318,8 +432,9 @@ class Runner:
                     try:
                         result = future.result()
                     except Exception as exc:  # reported as a JobFailure; other jobs go on
-                        log.error("job %s failed at epoch %s: %s", job.name, batch.last, exc)
-                        failures.append(JobFailure(job.name, batch.last, str(exc), exc))
+                        failures.append(
+                            self._record_failure(job, batch.last, exc, attempts.get(job.name))
+                        )
                         stopped.add(job.name)
                         continue
                     results.append(result)
@@ -344,10 +459,50 @@ class Runner:
             log.warning("retention maintenance failed: %s", exc)
         self._maintained_at = time.monotonic()
 
+    def _record_failure(
+        self, job: Job, epoch: int | None, exc: BaseException, attempt: int | None = None
+    ) -> JobFailure:
+        """Keep a failed batch on record in the catalog (job, epoch, attempt, error class,
+        one line, time); the full error goes to the log at debug level only."""
+        message = one_line(exc)
+        if not isinstance(exc, JobError):
+            at = f" at epoch {epoch}" if epoch is not None else " in recovery"
+            message = f"job {job.name!r} failed{at}: {type(exc).__name__}: {message}"
+        log.debug("job %s failed at epoch %s", job.name, epoch, exc_info=exc)
+        generation = None
+        if self._keeper is not None:
+            try:
+                generation = self._keeper.lease(job.name).generation
+            except Exception:
+                generation = None
+        try:
+            self.catalog.record_failure(
+                JobFailureRecord(
+                    job=job.name,
+                    error_class=error_class(exc),
+                    message=message,
+                    owner=self.owner,
+                    epoch=epoch,
+                    attempt=attempt,
+                    generation=generation,
+                )
+            )
+        except CatalogError as err:  # the run's own report still names the failure
+            log.warning("could not record the failure of job %s: %s", job.name, err)
+        return JobFailure(
+            job.name, epoch, message, exc, attempt=attempt, error_class=error_class(exc)
+        )
+
 
 __all__ = [
+    "DEFAULT_LEASE_TTL_SECONDS",
+    "EXIT_BLOCKED",
+    "EXIT_FAILED",
+    "EXIT_OK",
     "JobFailure",
     "ProgressCallback",
     "RunResult",
     "Runner",
+    "error_class",
+    "one_line",
 ]

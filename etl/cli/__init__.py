@@ -3,7 +3,19 @@
 Importing the command modules registers their commands on :data:`app`.
 """
 
-from etl.cli import admin, maintain, run, settings, show, snapshot, sql, tag
+from etl.cli import admin, maintain, operate, run, settings, show, snapshot, sql, tag
 from etl.cli.app import app, main
 
-__all__ = ["admin", "app", "main", "maintain", "run", "settings", "show", "snapshot", "sql", "tag"]
+__all__ = [
+    "admin",
+    "app",
+    "main",
+    "maintain",
+    "operate",
+    "run",
+    "settings",
+    "show",
+    "snapshot",
+    "sql",
+    "tag",
+]

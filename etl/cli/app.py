@@ -1,11 +1,14 @@
 """The ``etl`` command: a thin layer over the runner, the snapshot reader and the catalog.
 
-Exit codes: 0 done; 1 a job failed (the message names the job and epoch), or an internal
-error (a bug: please report it); 2 usage or configuration error; 3 another run holds the
-pipeline (nothing was written).
+Exit codes: 0 done; 1 a job failed (the message names the job and epoch; the failure is
+on record: ``etl status``), or an internal error (a bug: please report it); 2 usage or
+configuration error; 3 another run holds the pipeline (nothing was written; the message
+says who, since and until when, whether that process lives; ``--wait S``); 4 an epoch is
+blocked by a quality gate (``etl status`` names it and the ``etl resolve`` command).
 
 The commands live in :mod:`etl.cli.run` (run, recover), :mod:`etl.cli.show` (status,
-lineage, epochs), :mod:`etl.cli.sql` and :mod:`etl.cli.admin`; what they print goes
+lineage, epochs), :mod:`etl.cli.operate` (resolve, retire), :mod:`etl.cli.sql` and
+:mod:`etl.cli.admin`; what they print goes
 through :mod:`etl.cli.render`. Every heavy import (PySpark above all) happens inside the
 command that needs it, so that ``etl status`` answers without starting a JVM.
 """
@@ -30,7 +33,7 @@ from etl.cli.render import err
 from etl.config import scrub
 from etl.errors import InternalError, JobError, PipelineBusyError, PipelineLoadError, UsageError
 
-EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_BUSY = 0, 1, 2, 3
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_BUSY, EXIT_BLOCKED = 0, 1, 2, 3, 4
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
@@ -348,6 +351,11 @@ def main() -> None:
 
 __all__ = [
     "DEFAULT_FORMAT",
+    "EXIT_BLOCKED",
+    "EXIT_BUSY",
+    "EXIT_JOB_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
     "CatalogUrl",
     "Consistency",
     "ConsistencyOption",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.markup import escape
@@ -16,6 +18,8 @@ from catalog import Catalog
 from etl.cli.app import CatalogUrl, Warehouse, app, guard, open_catalog, parse_params
 from etl.cli.render import err
 from etl.errors import PipelineBusyError, UsageError
+
+DEFAULT_LEASE_TTL = 15.0
 
 
 @app.command()
@@ -31,8 +35,9 @@ def run(
         bool, typer.Option("--continuous", help="Keep opening epochs until interrupted.")
     ] = False,
     epoch_interval: Annotated[
-        float, typer.Option(help="Seconds between epochs with --continuous.", min=0.1)
-    ] = 10.0,
+        float | None,
+        typer.Option(help="Seconds between epochs with --continuous (default 10).", min=0.1),
+    ] = None,
     max_epochs: Annotated[
         int | None, typer.Option(help="With --continuous: stop after this many epochs.", min=1)
     ] = None,
@@ -51,13 +56,24 @@ def run(
     lease_ttl: Annotated[
         float,
         typer.Option(
-            help="Seconds a job lease lasts unless renewed: after a crash, the next run "
-            "waits this long before it may take over.",
+            help="Seconds a job lease lasts unless renewed (a live run renews it every "
+            "third of that). A dead run's lease on this host is taken over at once; on "
+            "another host, once it expired.",
             min=1.0,
         ),
-    ] = 120.0,
+    ] = DEFAULT_LEASE_TTL,
+    format: Annotated[
+        Literal["text", "json"],
+        typer.Option("--format", help="json: the run's result as JSON on stdout."),
+    ] = "text",
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
+    ] = False,
 ) -> None:
     """Run a pipeline: once (for cron or Airflow) or continuously.
+
+    Exit codes: 0 done, 1 a job failed, 2 usage error, 3 another run holds the pipeline,
+    4 an epoch is blocked by a quality gate (`etl status` says how to resolve it).
 
     Example: etl run examples/wordcount/pipeline.py --once --param input_dir=./incoming
     """
@@ -65,28 +81,19 @@ def run(
         raise UsageError("give exactly one of --once or --continuous")
     if once and max_epochs is not None:
         raise UsageError("--max-epochs goes with --continuous, not --once")
-    from etl.loader import load_pipeline
-
-    pipeline = load_pipeline(pipeline_file, parse_params(param))
+    if once and epoch_interval is not None:
+        raise UsageError("--epoch-interval goes with --continuous, not --once")
+    _quiet(verbose)
+    pipeline = _load(pipeline_file, param)
     from etl.runner import Runner
     from etl.spark import build_spark
 
     catalog = open_catalog(warehouse, catalog_url, create=True)
     deadline = time.monotonic() + wait
     # A busy pipeline is refused before Spark starts; acquiring the leases decides.
-    _retry_while_busy(lambda: _check_not_held(catalog, pipeline), deadline)
-    spark = build_spark(master=master, app_name=f"etl-{pipeline.name}")
-    stop = threading.Event()
-    if continuous:
-        # After Spark starts: its SparkContext installs a SIGINT handler of its own
-        # (cancel all jobs). Until here, Ctrl-C exits with 130 having written nothing.
-        def interrupt(signum, frame):  # first Ctrl-C: finish the epoch in flight
-            err.print("stopping: finishing the epochs in flight (Ctrl-C again to abort)")
-            stop.set()
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-
-        signal.signal(signal.SIGINT, interrupt)
-        signal.signal(signal.SIGTERM, interrupt)
+    _retry_while_busy(lambda: _check_not_held(catalog, pipeline), deadline, wait)
+    spark = _spark_log(build_spark(master=master, app_name=f"etl-{pipeline.name}"), verbose)
+    stopping = threading.Event()
     runner = Runner(
         pipeline,
         catalog=catalog,
@@ -94,64 +101,277 @@ def run(
         spark=spark,
         lease_ttl_seconds=lease_ttl,
         backlog_threshold=backlog_threshold,
-        on_batch=_progress_printer(),
+        on_batch=_progress_printer(stopping),
     )
-    _retry_while_busy(runner.acquire, deadline)
+    # After Spark starts: its SparkContext installs a SIGINT handler of its own (cancel
+    # all jobs). Until here, Ctrl-C or SIGTERM exits having written nothing.
+    _handle_signals(runner, stopping)
+    _retry_while_busy(runner.acquire, deadline, wait)
+    for lease in runner.taken_over:
+        err.print(
+            f"took over job {lease.job} from {lease.owner}: that process is gone "
+            "(its lease was not waited for)"
+        )
+    for job in runner.undeclared:
+        err.print(
+            f"[yellow]warning:[/] job {job} is registered in pipeline "
+            f"{runner.catalog_pipeline!r} but {escape(str(pipeline_file))} no longer declares "
+            f"it; its tables hold the pipeline's COMMIT back. Retire it: etl retire job {job}"
+        )
     try:
         if once:
             result = runner.run_once()
         else:
             result = runner.run_continuous(
-                epoch_interval=epoch_interval, stop=stop, max_epochs=max_epochs
+                epoch_interval=epoch_interval or 10.0, stop=stopping, max_epochs=max_epochs
             )
     finally:
         runner.release()
-    for step in result.recovered:
-        err.print(f"recovered {step.table}: {step.action} epoch(s) {list(step.epochs)}")
-    sealed = [b for b in result.batches if b.sealed]
-    err.print(
-        f"{len(result.epochs_opened)} epoch(s) opened, {len(sealed)} batch(es) sealed, "
-        f"{len(result.blocked)} blocked, {len(result.failures)} failed"
-    )
-    for batch in result.blocked:
-        err.print(
-            f"[yellow]blocked:[/] job {batch.job} epoch {batch.epoch}: "
-            + escape(str(batch.blocked_reason))
-        )
-    for failure in result.failures:
-        err.print(
-            f"[bold red]failed:[/] job {failure.job} epoch {failure.epoch}: "
-            + escape(failure.error)
-        )
+    _report(result, runner, fmt=format)
+    if verbose:
+        import traceback
+
+        for failure in result.failures:
+            if failure.exception is not None:
+                err.print("".join(traceback.format_exception(failure.exception)), markup=False)
     raise typer.Exit(result.exit_code)
 
 
+def _quiet(verbose: bool) -> None:
+    """Spark's log and JVM stack traces reach stderr only with -v."""
+    import logging
+
+    if verbose:
+        logging.basicConfig(level=logging.INFO)
+        return
+    logging.basicConfig(level=logging.CRITICAL)
+    for name in ("py4j", "pyspark", "etl"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _spark_log(spark, verbose: bool):
+    """Spark's JVM log (with its stack traces) on stderr only with -v."""
+    if not verbose:
+        import logging
+
+        from pyspark.logger import PySparkLogger
+
+        spark.sparkContext.setLogLevel("OFF")
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+            # PySpark logs a failed query with its Java stack trace (JSON on stderr); the
+            # failure is reported in one line and kept in the catalog instead.
+            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    return spark
+
+
+def _load(pipeline_file: Path, items: list[str]):
+    from etl.loader import load_pipeline
+    from etl.pipeline import params_read
+
+    params = parse_params(items)
+    with params_read() as read:
+        pipeline = load_pipeline(pipeline_file, params)
+    unknown = sorted(set(params) - read)
+    if unknown:
+        declared = ", ".join(sorted(read)) or "none"
+        raise UsageError(
+            f"--param {', '.join(unknown)}: {pipeline_file} does not declare "
+            f"{'this parameter' if len(unknown) == 1 else 'these parameters'} "
+            f"(it declares: {declared})"
+        )
+    return pipeline
+
+
+def _handle_signals(runner, stopping: threading.Event) -> None:
+    """First Ctrl-C or SIGTERM: say how many epochs are left and finish them; second:
+    stop at once, saying what the next run will recover."""
+
+    def interrupt(signum, frame):
+        if stopping.is_set():
+            in_flight = runner.in_flight()
+            doing = (
+                "; ".join(
+                    f"job {job} epoch {b.first}..{b.last}"
+                    if b.coalesced
+                    else f"job {job} epoch {b.last}"
+                    for job, b in in_flight.items()
+                )
+                or "nothing in flight"
+            )
+            err.print(
+                f"stopped at once ({doing}). The next `etl run` recovers: it seals what is "
+                "complete, rolls back what is partial and replays it; the leases of this "
+                "run are taken over at once"
+            )
+            os._exit(128 + signum)
+        stopping.set()
+        try:
+            left = {job: n for job, n in runner.remaining().items() if n}
+        except Exception:  # noqa: BLE001 - a report, never a reason to fail
+            left = {}
+        total = max(left.values(), default=0)
+        detail = ", ".join(f"{job}: {n}" for job, n in left.items())
+        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        err.print(
+            f"stopping ({name}): finishing {total} epoch(s) left"
+            + (f" (per job: {detail})" if detail else "")
+            + "; no new epochs are opened. Ctrl-C or SIGTERM again stops at once"
+        )
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def _report(result, runner, *, fmt: str) -> None:
+    if fmt == "json":
+        typer.echo(json.dumps(_result_json(result, runner), indent=2))
+    for step in result.recovered:
+        err.print(f"recovered {step.table}: {step.action} epoch(s) {list(step.epochs)}")
+    sealed = [b for b in result.batches if b.sealed]
+    blocked = len(result.blocked) + len(result.blocked_in_recovery)
+    err.print(
+        f"{len(result.epochs_opened)} epoch(s) opened, {len(sealed)} batch(es) sealed, "
+        f"{blocked} blocked, {len(result.failures)} failed"
+    )
+    for batch in result.blocked:
+        job = runner.pipeline.jobs[batch.job]
+        err.print(
+            f"[yellow]blocked:[/] job {batch.job} epoch {batch.epoch}: "
+            + escape(str(batch.blocked_reason))
+            + f". Resolve it: etl resolve {job.output} {batch.epoch} --accept|--skip|--quarantine"
+        )
+    for step in result.blocked_in_recovery:
+        for epoch in step.epochs:
+            err.print(
+                f"[yellow]blocked:[/] job {step.job} epoch {epoch} (still failing its gate). "
+                f"Resolve it: etl resolve {step.table} {epoch} --accept|--skip|--quarantine"
+            )
+    for failure in result.failures:
+        err.print("[bold red]failed:[/] " + escape(failure.error))
+
+
+def _result_json(result, runner) -> dict:
+    return {
+        "pipeline": runner.catalog_pipeline,
+        "exit_code": result.exit_code,
+        "epochs_opened": [
+            {
+                "epoch": e.id,
+                "barrier_ts": e.barrier_ts.isoformat(),
+                "pipeline": e.pipeline,
+            }
+            for e in result.epochs_opened
+        ],
+        "recovered": [
+            {"job": s.job, "table": s.table, "action": str(s.action), "epochs": list(s.epochs)}
+            for s in result.recovered
+        ],
+        "batches": [
+            {
+                "job": b.job,
+                "first_epoch": b.first_epoch,
+                "epoch": b.epoch,
+                "attempt": b.attempt,
+                "outcome": str(b.outcome),
+                "rows": b.rows,
+                "rejected": b.rejected,
+                "quarantined": b.quarantined,
+                "versions": dict(b.versions),
+                "blocked_reason": b.blocked_reason,
+                "commit": b.commit.epoch if b.commit is not None else None,
+            }
+            for b in result.batches
+        ],
+        "blocked": [
+            {
+                "job": b.job,
+                "table": runner.pipeline.jobs[b.job].output,
+                "epoch": b.epoch,
+                "reason": b.blocked_reason,
+            }
+            for b in result.blocked
+        ]
+        + [
+            {"job": s.job, "table": s.table, "epoch": epoch, "reason": "failed its gate again"}
+            for s in result.blocked_in_recovery
+            for epoch in s.epochs
+        ],
+        "failures": [
+            {
+                "job": f.job,
+                "epoch": f.epoch,
+                "attempt": f.attempt,
+                "error_class": f.error_class,
+                "message": f.error,
+            }
+            for f in result.failures
+        ],
+        "undeclared_jobs": list(runner.undeclared),
+    }
+
+
 def _check_not_held(catalog: Catalog, pipeline) -> None:
-    """PipelineBusyError if another run holds an unexpired lease of one of the jobs."""
+    """PipelineBusyError if another live run holds an unexpired lease of one of the jobs
+    (a lease whose owner process is gone from this host does not count: it is taken over)."""
+    from etl.leases import owner_state
+
     now = datetime.now(UTC)
     for job in pipeline.ordered_jobs():
         lease = catalog.get_lease(job.name)
-        if lease is not None and lease.expires_at > now:
-            raise PipelineBusyError(pipeline=pipeline.name, job=job.name, owner=lease.owner)
+        if lease is None or lease.expires_at <= now:
+            continue
+        state = owner_state(lease.owner)
+        if state == "dead":
+            continue
+        raise PipelineBusyError(
+            pipeline=pipeline.name,
+            job=job.name,
+            owner=lease.owner,
+            acquired_at=lease.acquired_at,
+            expires_at=lease.expires_at,
+            owner_state=state,
+        )
 
 
-def _retry_while_busy(attempt, deadline: float) -> None:
-    """Call ``attempt`` until another run stops holding the pipeline or ``deadline`` passes."""
+def _retry_while_busy(attempt, deadline: float, wait: float = 0.0) -> None:
+    """Call ``attempt`` until another run stops holding the pipeline or ``deadline`` passes,
+    saying every few seconds what it waits for."""
+    said = 0.0
     while True:
         try:
             attempt()
             return
-        except PipelineBusyError:
-            if time.monotonic() >= deadline:
+        except PipelineBusyError as exc:
+            now = time.monotonic()
+            if now >= deadline:
+                if wait:
+                    raise PipelineBusyError(
+                        pipeline=exc.pipeline,
+                        job=exc.job,
+                        owner=exc.owner,
+                        acquired_at=exc.acquired_at,
+                        expires_at=exc.expires_at,
+                        owner_state=exc.owner_state,
+                    ) from None
                 raise
+            if now - said >= 5.0:
+                said = now
+                until = (
+                    f" (its lease runs until {exc.expires_at:%H:%M:%S} unless renewed)"
+                    if isinstance(exc.expires_at, datetime)
+                    else ""
+                )
+                err.print(
+                    f"waiting for {exc.owner} to release job {exc.job}{until}; "
+                    f"{deadline - now:.0f} s left of --wait"
+                )
             time.sleep(1.0)
 
 
-def _progress_printer():
-    if not err.is_terminal:
-        return None
-
+def _progress_printer(stopping: threading.Event | None = None):
     def show(batch) -> None:
+        if not (err.is_terminal or (stopping is not None and stopping.is_set())):
+            return
         span = (
             f"{batch.first_epoch}..{batch.epoch}"
             if batch.first_epoch != batch.epoch
@@ -171,6 +391,13 @@ def recover(
     catalog_url: CatalogUrl = None,
     param: Annotated[list[str], typer.Option("--param")] = [],  # noqa: B006
     master: Annotated[str | None, typer.Option(envvar="ETL_SPARK_MASTER")] = None,
+    format: Annotated[
+        Literal["text", "json"],
+        typer.Option("--format", help="json: what recovery did, as JSON on stdout."),
+    ] = "text",
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
+    ] = False,
 ) -> None:
     """Bring the catalog and the tables back into agreement after a crash.
 
@@ -180,27 +407,31 @@ def recover(
     Example: etl recover examples/wordcount/pipeline.py --param input_dir=./incoming
     """
     from etl.engine import StepAction
-    from etl.loader import load_pipeline
     from etl.runner import Runner
     from etl.spark import build_spark
 
-    pipeline = load_pipeline(pipeline_file, parse_params(param))
+    _quiet(verbose)
+    pipeline = _load(pipeline_file, param)
     catalog = open_catalog(warehouse, catalog_url)
     _check_not_held(catalog, pipeline)  # before Spark starts
     runner = Runner(
         pipeline,
         catalog=catalog,
         warehouse=str(warehouse.resolve()),
-        spark=build_spark(master=master, app_name="etl-recover"),
+        spark=_spark_log(build_spark(master=master, app_name="etl-recover"), verbose),
     )
     with runner:
         result = runner.recover()
+    if format == "json":
+        typer.echo(json.dumps(_result_json(result, runner), indent=2))
+        raise typer.Exit(result.exit_code)
     if not result.recovered:
         typer.echo("nothing to recover: catalog and tables agree")
     for step in result.recovered:
         typer.echo(f"{step.table}: {step.action} epoch(s) {', '.join(map(str, step.epochs))}")
     if any(step.action is StepAction.ROLLED_BACK for step in result.recovered):
         typer.echo("the next `etl run` replays the rolled-back epochs from their recorded slices")
+    raise typer.Exit(result.exit_code)
 
 
 __all__ = [

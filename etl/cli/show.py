@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
 from etl.cli.app import CatalogUrl, Warehouse, app, guard, open_catalog
-from etl.cli.render import out, rows_table, status_table
+from etl.cli.render import out, rows_table
 from etl.errors import UsageError
 
 
@@ -19,19 +20,144 @@ def status(
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
     format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh in place until Ctrl-C.")] = False,
+    interval: Annotated[
+        float, typer.Option(help="Seconds between refreshes with --watch.", min=0.2)
+    ] = 2.0,
 ) -> None:
-    """Per table: writer job, latest PROCESSED and WRITTEN epochs, lag, last COMMIT, blocks.
+    """Per pipeline a summary; per table in lineage order: writer job, latest PROCESSED and
+    WRITTEN epochs, lag (epochs, seconds against now), end-to-end freshness, whether its
+    job is running, last failure, blocks and the command that resolves them.
 
     Example: etl status --format json
     """
-    from etl.report import status_rows, to_json
+    from etl.report import status_report, to_json
 
     with open_catalog(warehouse, catalog_url) as catalog:
-        rows = status_rows(catalog)
-    if format == "json":
-        out.print_json(to_json(rows))
-        return
-    out.print(status_table(rows))
+        if format == "json":
+            report = status_report(catalog)
+            typer.echo(to_json(report))
+            return
+        if not watch:
+            out.print(_status_view(status_report(catalog)))
+            return
+        from rich.live import Live
+
+        try:
+            with Live(
+                _status_view(status_report(catalog)), console=out, auto_refresh=False
+            ) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(_status_view(status_report(catalog)), refresh=True)
+        except KeyboardInterrupt:
+            return
+
+
+def _short(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _status_view(report):
+    """The report as Rich renderables that fit the terminal: one line per pipeline, a
+    table of the tables, then what needs an operator (blocks, failures, stale jobs)."""
+    from rich.console import Group
+    from rich.text import Text
+
+    lines = [Text(p.summary) for p in report.pipelines]
+    several = len({r.pipeline for r in report.tables}) > 1
+    columns = [
+        *(["pipeline"] if several else []),
+        "table",
+        "writer",
+        "processed",
+        "written",
+        "lag",
+        "age",
+        "fresh",
+        "running",
+        "commit",
+        "problem",
+    ]
+    cells = []
+    for r in report.tables:
+        problem = ""
+        if r.retired:
+            problem = "retired"
+        elif r.blocked_epoch is not None:
+            problem = f"blocked at {r.blocked_epoch}"
+        elif r.last_failure is not None and (
+            r.written_at is None or r.last_failure["failed_at"] > r.written_at
+        ):
+            problem = f"failed at {r.last_failure['epoch']}: {r.last_failure['error_class']}"
+        elif r.stale_job:
+            problem = "not in the last run"
+        running = None
+        if r.running:
+            running = "yes" if r.owner_alive != "dead" else "dead owner"
+        cells.append(
+            [
+                *([r.pipeline] if several else []),
+                r.table,
+                r.writer_job,
+                r.latest_processed,
+                r.latest_written,
+                r.lag_epochs,
+                _short(r.lag_seconds),
+                _short(r.freshness_seconds),
+                running,
+                r.last_commit,
+                problem,
+            ]
+        )
+    notes = []
+    for r in report.tables:
+        if r.blocked and r.resolve:
+            notes.append(Text(f"blocked: {r.table}: {r.blocked}. Resolve: {r.resolve}"))
+        failure = r.last_failure
+        if (
+            failure is not None
+            and not r.retired
+            and (r.written_at is None or failure["failed_at"] > r.written_at)
+        ):
+            notes.append(
+                Text(
+                    f"failed: job {r.writer_job} epoch {failure['epoch']} attempt "
+                    f"{failure['attempt']} at {failure['failed_at']:%Y-%m-%d %H:%M:%S}: "
+                    f"{failure['message']}"
+                )
+            )
+        if r.running and r.lease_owner:
+            until = f"{r.lease_expires_at:%H:%M:%S}" if r.lease_expires_at else "-"
+            notes.append(
+                Text(
+                    f"running: job {r.writer_job} by {r.lease_owner} ({r.owner_alive}), "
+                    f"lease until {until}"
+                )
+            )
+        if r.stale_job and r.kind in ("root", "derived"):
+            notes.append(
+                Text(
+                    f"stale: job {r.writer_job} was not part of its pipeline's latest run; "
+                    f"if the pipeline file no longer declares it: {r.stale_job}"
+                )
+            )
+    seen = set()
+    unique_notes = []
+    for note in notes:
+        if note.plain not in seen:
+            seen.add(note.plain)
+            unique_notes.append(note)
+    table = rows_table(columns, cells, title="tables (lineage order)")
+    return Group(*lines, table, *unique_notes)
 
 
 @app.command()
@@ -84,7 +210,13 @@ def epochs(
             for s in states
             if source and (recorded := catalog.get_slice(source, s.epoch)) is not None
         }
-    records = [
+        writer = catalog.get_table(table).writer_job
+        failed: dict[int, list] = {}
+        if writer is not None:
+            for failure in catalog.failures(job=writer, limit=500):
+                if failure.epoch is not None:
+                    failed.setdefault(failure.epoch, []).append(failure)
+    records: list[dict[str, Any]] = [
         {
             "epoch": s.epoch,
             "state": s.state.value,
@@ -104,19 +236,60 @@ def epochs(
             ),
             "barrier_ts": ts.isoformat() if (ts := barrier.get(s.epoch)) else None,
             "updated_at": s.updated_at.isoformat() if s.updated_at else None,
+            "failures": [_failure_json(f) for f in failed.get(s.epoch, [])],
         }
         for s in states
     ]
+    known_epochs = {s.epoch for s in states}
+    oldest = states[0].epoch if len(states) >= last else 0
+    for epoch, items in failed.items():
+        if epoch not in known_epochs and epoch > oldest:
+            records.append(
+                {
+                    "epoch": epoch,
+                    "state": "FAILED",
+                    "delta_version": None,
+                    "rows": None,
+                    "attempt": max((f.attempt or 0) for f in items) or None,
+                    "coalesced_into": None,
+                    "catch_up": None,
+                    "failed_expectations": None,
+                    "validation": None,
+                    "barrier_ts": None,
+                    "updated_at": items[0].failed_at.isoformat() if items[0].failed_at else None,
+                    "failures": [_failure_json(f) for f in items],
+                }
+            )
+    records.sort(key=lambda r: r["epoch"])
     if format == "json":
         typer.echo(json.dumps(records, indent=2))
         return
     columns = ["epoch", "state", "delta_version", "rows", "attempt", "validation", "barrier_ts"]
     cells = [[record[c] for c in columns] for record in records]
+    if failed:
+        columns.append("failed attempts")
+        for row, record in zip(cells, records, strict=True):
+            row.append(
+                "; ".join(
+                    f"#{f['attempt']} {f['error_class']}: {f['message'][:80]}"
+                    for f in record["failures"]
+                )
+            )
     if slices:
         columns.append("slice")
         for row, record in zip(cells, records, strict=True):
             row.append("catch-up" if record["catch_up"] else "")
     out.print(rows_table(columns, cells, title=f"epochs of {table}"))
+
+
+def _failure_json(failure) -> dict:
+    return {
+        "attempt": failure.attempt,
+        "error_class": failure.error_class,
+        "message": failure.message,
+        "failed_at": failure.failed_at.isoformat() if failure.failed_at else None,
+        "owner": failure.owner,
+    }
 
 
 __all__ = [

@@ -181,9 +181,14 @@ class DemoResult:
 # -- the warehouse -----------------------------------------------------------------------
 
 
-def prepare_warehouse(path: Path) -> str:
+DEMO_ENTRIES = frozenset({MARKER, *CHAIN, REJECTS, "_catalog.sqlite"})
+"""What a demo's warehouse holds; anything else there is someone else's."""
+
+
+def prepare_warehouse(path: Path, *, replace: bool = False) -> str:
     """Make ``path`` a fresh directory holding only the demo's marker; say what was done.
-    Only a previous demo's warehouse (it has the marker) or an empty directory is reused."""
+    Only a previous demo's warehouse (it has the marker and nothing but the demo's
+    tables) or an empty directory is reused; anything else only with ``replace``."""
     if path.exists() and not path.is_dir():
         raise DemoError(f"--warehouse {path} exists and is not a directory")
     if path.is_dir() and any(path.iterdir()):
@@ -191,6 +196,17 @@ def prepare_warehouse(path: Path) -> str:
             raise DemoError(
                 f"--warehouse {path} is not empty and was not made by the demo (no {MARKER}); "
                 "refusing to delete it: pass --warehouse with a new or empty directory"
+            )
+        foreign = sorted(
+            p.name
+            for p in path.iterdir()
+            if p.name not in DEMO_ENTRIES and not p.name.startswith("_catalog.sqlite")
+        )
+        if foreign and not replace:
+            raise DemoError(
+                f"--warehouse {path} holds more than a previous demo ({', '.join(foreign)}); "
+                "refusing to delete it: pass --replace to delete it anyway, or --warehouse "
+                "with a new or empty directory"
             )
         shutil.rmtree(path)
         note = "replaced the previous demo's warehouse"
@@ -507,6 +523,7 @@ class _Arguments:
     warehouse: Path
     epoch_interval: float
     seed: int
+    replace: bool = False
 
 
 def _parse(argv: Sequence[str] | None) -> _Arguments:
@@ -517,8 +534,13 @@ def _parse(argv: Sequence[str] | None) -> _Arguments:
     parser.add_argument(
         "--warehouse",
         type=Path,
-        default=Path("warehouse"),
-        help="the demo's warehouse (a previous demo's is replaced; default ./warehouse)",
+        default=Path("demo-warehouse"),
+        help="the demo's own warehouse (a previous demo's is replaced; default ./demo-warehouse)",
+    )
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the demo's warehouse even if it holds other tables (deletes them)",
     )
     parser.add_argument("--epoch-interval", type=float, default=2.0, help="seconds per epoch")
     parser.add_argument("--seed", type=int, default=7, help="seed of the order stream")
@@ -530,6 +552,7 @@ def _parse(argv: Sequence[str] | None) -> _Arguments:
         warehouse=args.warehouse.resolve(),
         epoch_interval=args.epoch_interval,
         seed=args.seed,
+        replace=args.replace,
     )
 
 
@@ -537,7 +560,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     try:
-        note = prepare_warehouse(args.warehouse)
+        note = prepare_warehouse(args.warehouse, replace=args.replace)
     except DemoError as exc:
         out.print(f"[bold red]error:[/] {exc}", highlight=False)
         return 2

@@ -14,79 +14,84 @@ def batches(*pairs: tuple[int, int]) -> list[EpochBatch]:
 
 
 def test_source_job_runs_every_issued_epoch_one_by_one():
-    assert plan_batches(done_through=3, issued_through=6, inputs_written=None) == batches(
+    assert plan_batches(done_through=3, issued=range(1, 7), inputs_written=None) == batches(
         (4, 4), (5, 5), (6, 6)
     )
-    assert plan_batches(done_through=3, issued_through=5, inputs_written={}) == batches(
+    assert plan_batches(done_through=3, issued=range(1, 6), inputs_written={}) == batches(
         (4, 4), (5, 5)
     )
-    assert plan_batches(done_through=6, issued_through=6, inputs_written=None) == []
+    assert plan_batches(done_through=6, issued=range(1, 7), inputs_written=None) == []
 
 
 def test_source_job_in_backlog_mode_coalesces_into_one_batch():
-    plan = plan_batches(done_through=3, issued_through=6, inputs_written=None, backlog_threshold=3)
+    plan = plan_batches(
+        done_through=3, issued=range(1, 7), inputs_written=None, backlog_threshold=3
+    )
     assert plan == batches((4, 6))
     assert plan[0].coalesced
     # Below the threshold nothing is coalesced.
     assert plan_batches(
-        done_through=3, issued_through=5, inputs_written=None, backlog_threshold=3
+        done_through=3, issued=range(1, 6), inputs_written=None, backlog_threshold=3
     ) == batches((4, 4), (5, 5))
 
 
 def test_backlog_respects_max_batch():
     assert plan_batches(
-        done_through=0, issued_through=7, inputs_written=None, backlog_threshold=2, max_batch=3
+        done_through=0, issued=range(1, 8), inputs_written=None, backlog_threshold=2, max_batch=3
     ) == batches((1, 3), (4, 6), (7, 7))
 
 
 def test_derived_job_waits_for_every_input_and_folds_coalesced_epochs():
     inputs = {"a": [1, 2, 3, 5, 6], "b": {1, 2, 3, 4, 5}}
     # Horizon: min(6, 5) = 5. Epoch 4 was coalesced by a (into 5): folded into 5's batch.
-    assert plan_batches(done_through=2, issued_through=10, inputs_written=inputs) == batches(
+    assert plan_batches(done_through=2, issued=range(1, 11), inputs_written=inputs) == batches(
         (3, 3), (4, 5)
     )
-    pending = pending_epochs(done_through=2, issued_through=10, inputs_written=inputs)
+    pending = pending_epochs(done_through=2, issued=range(1, 11), inputs_written=inputs)
     assert (pending.horizon, tuple(pending.runnable), pending.count) == (5, (3, 5), 3)
     assert pending.last_runnable == 5
 
 
 def test_derived_job_with_an_unwritten_input_has_nothing_to_run():
     assert (
-        plan_batches(done_through=0, issued_through=5, inputs_written={"a": [1, 2], "b": []}) == []
+        plan_batches(done_through=0, issued=range(1, 6), inputs_written={"a": [1, 2], "b": []})
+        == []
     )
-    pending = pending_epochs(done_through=0, issued_through=5, inputs_written={"a": [1], "b": ()})
+    pending = pending_epochs(done_through=0, issued=range(1, 6), inputs_written={"a": [1], "b": ()})
     assert (pending.count, pending.last_runnable) == (0, None)
 
 
 def test_epochs_after_the_last_runnable_one_wait():
     # b has 4 WRITTEN but a has not got there yet: 4 waits.
     inputs = {"a": [1, 2, 3], "b": [1, 2, 3, 4]}
-    assert plan_batches(done_through=1, issued_through=9, inputs_written=inputs) == batches(
+    assert plan_batches(done_through=1, issued=range(1, 10), inputs_written=inputs) == batches(
         (2, 2), (3, 3)
     )
     inputs = {"a": [2, 5], "b": [1, 2, 3, 4, 6]}
     # horizon 5, but 5 is not WRITTEN by b: 3..5 wait although pending.
-    assert plan_batches(done_through=0, issued_through=9, inputs_written=inputs) == batches((1, 2))
+    assert plan_batches(done_through=0, issued=range(1, 10), inputs_written=inputs) == batches(
+        (1, 2)
+    )
 
 
 def test_horizon_never_passes_the_newest_issued_epoch():
-    pending = pending_epochs(done_through=0, issued_through=2, inputs_written={"a": [1, 2, 3]})
+    pending = pending_epochs(done_through=0, issued=range(1, 3), inputs_written={"a": [1, 2, 3]})
     assert pending.horizon == 2
     assert plan_batches(
-        done_through=0, issued_through=2, inputs_written={"a": [1, 2, 3]}
+        done_through=0, issued=range(1, 3), inputs_written={"a": [1, 2, 3]}
     ) == batches((1, 1), (2, 2))
 
 
 def test_written_epochs_already_done_are_ignored():
     assert plan_batches(
-        done_through=4, issued_through=6, inputs_written={"a": [1, 2, 3, 4, 6]}
+        done_through=4, issued=range(1, 7), inputs_written={"a": [1, 2, 3, 4, 6]}
     ) == (batches((5, 6)))
 
 
 def test_backlog_batches_end_on_runnable_epochs_even_beyond_max_batch():
     inputs = {"a": [3, 9, 10]}
     plan = plan_batches(
-        done_through=0, issued_through=10, inputs_written=inputs, backlog_threshold=1, max_batch=2
+        done_through=0, issued=range(1, 11), inputs_written=inputs, backlog_threshold=1, max_batch=2
     )
     # 4..9 has no runnable epoch before 9: one batch longer than max_batch is forced.
     assert plan == batches((1, 3), (4, 9), (10, 10))
@@ -96,11 +101,11 @@ def test_invalid_arguments_are_refused():
     with pytest.raises(
         BatchPlanError, match="sealed through epoch 5, after the newest issued epoch 4"
     ):
-        plan_batches(done_through=5, issued_through=4, inputs_written=None)
+        plan_batches(done_through=5, issued=range(1, 5), inputs_written=None)
     with pytest.raises(BatchPlanError, match="max_batch must be at least 1, got 0"):
-        plan_batches(done_through=0, issued_through=4, inputs_written=None, max_batch=0)
+        plan_batches(done_through=0, issued=range(1, 5), inputs_written=None, max_batch=0)
     with pytest.raises(BatchPlanError, match="backlog_threshold must be at least 1"):
-        plan_batches(done_through=0, issued_through=4, inputs_written=None, backlog_threshold=0)
+        plan_batches(done_through=0, issued=range(1, 5), inputs_written=None, backlog_threshold=0)
 
 
 @st.composite
@@ -125,7 +130,7 @@ def test_batches_are_contiguous_end_on_runnable_epochs_and_stay_under_the_horizo
     done, issued, inputs, threshold, max_batch = case
     plan = plan_batches(
         done_through=done,
-        issued_through=issued,
+        issued=range(1, issued + 1),
         inputs_written=inputs,
         backlog_threshold=threshold,
         max_batch=max_batch,
@@ -169,7 +174,7 @@ def test_a_backlog_batch_ends_at_an_epoch_whose_slice_is_already_recorded():
     # it into a later epoch (it would cut a new slice from 5's end and never read 5's).
     plan = plan_batches(
         done_through=3,
-        issued_through=9,
+        issued=range(1, 10),
         inputs_written=None,
         backlog_threshold=2,
         recorded_slices={5, 7},
@@ -177,7 +182,7 @@ def test_a_backlog_batch_ends_at_an_epoch_whose_slice_is_already_recorded():
     assert plan == batches((4, 5), (6, 7), (8, 9))
     # Without them the whole backlog is one batch: the rule is what splits it.
     assert plan_batches(
-        done_through=3, issued_through=9, inputs_written=None, backlog_threshold=2
+        done_through=3, issued=range(1, 10), inputs_written=None, backlog_threshold=2
     ) == batches((4, 9))
 
 
@@ -192,7 +197,7 @@ def test_no_batch_spans_a_recorded_slice(done, pending, recorded, max_batch):
     issued = done + pending
     plan = plan_batches(
         done_through=done,
-        issued_through=issued,
+        issued=range(1, issued + 1),
         inputs_written=None,
         backlog_threshold=1,
         max_batch=max_batch,
@@ -201,3 +206,27 @@ def test_no_batch_spans_a_recorded_slice(done, pending, recorded, max_batch):
     assert plan[0].first == done + 1 and plan[-1].last == issued
     for batch in plan:
         assert not any(batch.first <= e < batch.last for e in recorded)
+
+
+def test_a_pipeline_plans_over_its_own_epochs_whatever_other_pipelines_issued():
+    # Epoch ids are global: this pipeline owns 2, 5, 6 and 9; the rest are another's.
+    own = [2, 5, 6, 9]
+    assert plan_batches(done_through=0, issued=own, inputs_written=None) == batches(
+        (2, 2), (5, 5), (6, 6), (9, 9)
+    )
+    # An input coalesced 5 into 6: 5 folds into 6's batch, never an id of another pipeline.
+    assert plan_batches(done_through=2, issued=own, inputs_written={"a": [2, 6, 9]}) == batches(
+        (5, 6), (9, 9)
+    )
+    # Backlog counts the pipeline's epochs (3 pending, not 7 ids) and max_batch too.
+    assert plan_batches(done_through=2, issued=own, inputs_written=None, backlog_threshold=4) == (
+        batches((5, 5), (6, 6), (9, 9))
+    )
+    assert plan_batches(
+        done_through=2, issued=own, inputs_written=None, backlog_threshold=3, max_batch=2
+    ) == batches((5, 6), (9, 9))
+    assert plan_batches(
+        done_through=0, issued=own, inputs_written=None, backlog_threshold=2, recorded_slices={5}
+    ) == batches((2, 5), (6, 9))
+    pending = pending_epochs(done_through=2, issued=own, inputs_written=None)
+    assert pending.count == 3 and pending.horizon == 9

@@ -234,6 +234,7 @@ def test_concurrent_runs_do_not_both_write(known):
     assert "pipeline 'wordcount' is being run by" in stderr
     assert f":{known.holder_pid}:" in stderr  # the holder: host:pid:instance
     assert "nothing was written" in stderr
+    assert "its process is alive on this host" in stderr and "--wait SECONDS" in stderr
     # The refused run opened no epoch; the waiting one ran after the holder, adding nothing
     # twice: each input word is in `words` exactly once and counted once.
     assert known.epochs_after_wait == [1, 2]
@@ -277,7 +278,7 @@ def test_status_shows_writers_epochs_and_lag(known):
     assert lag > 0
     result = known.etl("status", "--format", "json")
     assert result.returncode == 0, result.stderr
-    rows = {r["table"]: r for r in json.loads(result.stdout)}
+    rows = {r["table"]: r for r in json.loads(result.stdout)["tables"]}
     assert set(rows) == set(TABLES)
     writers = {"words": "ingest_words", "word_counts": "etl1", "cnt_counts": "etl2"}
     for table, row in rows.items():
@@ -285,14 +286,16 @@ def test_status_shows_writers_epochs_and_lag(known):
         assert row["kind"] == ("root" if table == "words" else "derived")
         assert (row["latest_processed"], row["latest_written"], row["last_commit"]) == (5, 5, 5)
         assert row["lag_epochs"] == 1
-        assert row["lag_seconds"] == pytest.approx(lag)
+        # Against now, not against the newest epoch: a stopped pipeline shows its age.
+        assert row["lag_seconds"] >= lag
         assert row["blocked"] is None
 
     table = known.etl("status")
     assert table.returncode == 0, table.stderr
     lines = {line.split("│")[1].strip(): line for line in table.stdout.splitlines() if "│" in line}
     cells = [c.strip() for c in lines["word_counts"].split("│")[1:-1]]
-    assert cells == ["word_counts", "derived", "etl1", "5", "5", "1", f"{lag:.1f}", "5", ""]
+    assert cells[:5] == ["word_counts", "etl1", "5", "5", "1"]
+    assert cells[-2:] == ["5", ""]
     assert "…" not in table.stdout  # piped output is not truncated to 80 columns
 
 
@@ -478,7 +481,7 @@ def test_recover_after_a_crash_then_run_again(tmp_path):
         "versions": {"words": catalog.table_epoch("words", 1).delta_version},
     }
 
-    status = {r["table"]: r for r in json.loads(cli("status", "--format", "json").stdout)}
+    status = {r["table"]: r for r in json.loads(cli("status", "--format", "json").stdout)["tables"]}
     assert (status["words"]["latest_processed"], status["words"]["latest_written"]) == (2, 1)
     assert (status["word_counts"]["latest_processed"], status["word_counts"]["lag_epochs"]) == (
         1,
@@ -540,7 +543,7 @@ def test_ctrl_c_finishes_the_epoch_in_flight(tmp_path):
             process.kill()
     assert process.returncode == 0, stderr[-3000:]
     assert "Traceback" not in stderr
-    assert "stopping: finishing the epochs in flight" in stderr
+    assert "stopping (Ctrl-C): finishing" in stderr
     opened = catalog.latest_epoch().id
     assert catalog.latest_commit().epoch == opened
     states = [s for t in TABLES for s in catalog.table_epochs(t)]
@@ -585,7 +588,7 @@ def test_status_names_the_expectations_that_block_an_epoch(tmp_path):
         )
     result = etl("status", "--format", "json", "--warehouse", warehouse, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    blocked = {r["table"]: r["blocked"] for r in json.loads(result.stdout)}
+    blocked = {r["table"]: r["blocked"] for r in json.loads(result.stdout)["tables"]}
     assert blocked == {
         "orders": "epoch 1 failed validation: not_null(id), between(amount, 0, 100)",
         "events": None,  # failed under `warn`: nothing blocks it

@@ -63,3 +63,15 @@ def test_a_directory_the_demo_did_not_make_is_never_deleted(tmp_path, capsys):
     assert main(["--seconds", "1", "--warehouse", str(precious)]) == 2
     assert "refusing to delete" in capsys.readouterr().out
     assert (precious / "data.csv").read_text() == "1,2\n"
+
+
+def test_a_demo_warehouse_holding_other_tables_needs_replace(tmp_path):
+    warehouse = tmp_path / "demo-warehouse"
+    prepare_warehouse(warehouse)
+    (warehouse / "orders").mkdir()
+    (warehouse / "word_counts").mkdir()  # e.g. the README's tour, run into it
+    with pytest.raises(DemoError, match="holds more than a previous demo .*word_counts.*--replace"):
+        prepare_warehouse(warehouse)
+    assert (warehouse / "word_counts").is_dir()
+    assert prepare_warehouse(warehouse, replace=True) == "replaced the previous demo's warehouse"
+    assert sorted(p.name for p in warehouse.iterdir()) == [MARKER]

@@ -1,0 +1,199 @@
+"""``etl resolve`` (the way out of a blocked epoch) and ``etl retire`` (jobs and tables a
+pipeline no longer declares). Accept, skip and retire need no Spark."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from catalog import RetirementBlockedError
+from etl.cli.app import CatalogUrl, Warehouse, app, guard, open_catalog, parse_params
+from etl.errors import PipelineBusyError, UsageError
+
+retire_app = typer.Typer(
+    help="Retire a job or table a pipeline no longer declares; its history stays readable."
+    "\n\nExample: etl retire job old_job",
+    no_args_is_help=True,
+)
+app.add_typer(retire_app, name="retire")
+
+
+def _actor() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name in some containers
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+@app.command()
+@guard
+def resolve(
+    table: Annotated[str, typer.Argument(help="The blocked table (a job's output).")],
+    epoch: Annotated[int, typer.Argument(help="The blocked epoch.")],
+    accept: Annotated[
+        bool, typer.Option("--accept", help="Seal the epoch as written, failing rows included.")
+    ] = False,
+    quarantine: Annotated[
+        bool,
+        typer.Option(
+            "--quarantine",
+            help="Move the failing rows to the quarantine table and seal the rest "
+            "(needs --pipeline; starts Spark).",
+        ),
+    ] = False,
+    skip: Annotated[
+        bool,
+        typer.Option(
+            "--skip",
+            help="Roll the epoch back and seal it empty: a recorded loss; downstream sees "
+            "an empty epoch.",
+        ),
+    ] = False,
+    reason: Annotated[str, typer.Option(help="Why (kept with the resolution).")] = "",
+    pipeline_file: Annotated[
+        Path | None, typer.Option("--pipeline", help="The pipeline file (for --quarantine).")
+    ] = None,
+    param: Annotated[list[str], typer.Option("--param")] = [],  # noqa: B006
+    warehouse: Warehouse = Path("warehouse"),
+    catalog_url: CatalogUrl = None,
+    master: Annotated[str | None, typer.Option(envvar="ETL_SPARK_MASTER")] = None,
+) -> None:
+    """Resolve an epoch a quality gate blocked; the resolution is recorded in the catalog.
+
+    Then `etl run` goes on from the next epoch and downstream catches up. A rerun without
+    resolving re-audits the epoch (e.g. after the gate's definition changed).
+
+    Example: etl resolve orders 7 --skip --reason "bad upstream export"
+    """
+    from catalog import ResolutionAction
+    from etl.cli.run import DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL_SECONDS
+    from etl.engine import resolve as resolving
+    from etl.leases import LeaseKeeper, make_owner, owner_state
+
+    chosen = [
+        action
+        for action, flag in (
+            (ResolutionAction.ACCEPT, accept),
+            (ResolutionAction.QUARANTINE, quarantine),
+            (ResolutionAction.SKIP, skip),
+        )
+        if flag
+    ]
+    if len(chosen) != 1:
+        raise UsageError("give exactly one of --accept, --quarantine or --skip")
+    (action,) = chosen
+    if action is ResolutionAction.QUARANTINE and pipeline_file is None:
+        raise UsageError("--quarantine needs --pipeline FILE (the gate that splits the rows)")
+    with open_catalog(warehouse, catalog_url) as catalog:
+        known = sorted(t.name for t in catalog.list_tables(include_retired=True))
+        if table not in known:
+            raise UsageError(f"unknown table {table!r}; the catalog has {known}")
+        blocked = resolving.blocked_epoch(catalog, table, epoch)
+        keeper = LeaseKeeper(catalog, owner=make_owner(), ttl_seconds=DEFAULT_LEASE_TTL_SECONDS)
+        from catalog import LeaseHeldError
+
+        try:
+            keeper.acquire([blocked.job])
+        except LeaseHeldError as exc:
+            raise PipelineBusyError(
+                pipeline=catalog.get_job(blocked.job).pipeline,
+                job=exc.job,
+                owner=exc.owner,
+                acquired_at=exc.acquired_at,
+                expires_at=exc.expires_at,
+                owner_state=owner_state(exc.owner),
+            ) from exc
+        try:
+            lease = keeper.lease(blocked.job)
+            actor = _actor()
+            if action is ResolutionAction.ACCEPT:
+                result = resolving.accept(catalog, blocked, lease, actor=actor, reason=reason)
+            elif action is ResolutionAction.SKIP:
+                result = resolving.skip(catalog, blocked, lease, actor=actor, reason=reason)
+            else:
+                from etl.cli.run import _load, _quiet
+                from etl.engine import EpochEngine
+                from etl.spark import build_spark
+
+                _quiet(False)
+                parse_params(param)
+                assert pipeline_file is not None
+                pipeline = _load(pipeline_file, param)
+                engine = EpochEngine(
+                    pipeline=pipeline,
+                    catalog=catalog,
+                    spark=build_spark(master=master, app_name="etl-resolve"),
+                )
+                result = resolving.quarantine(engine, blocked, lease, actor=actor, reason=reason)
+        finally:
+            keeper.release()
+    what = {
+        ResolutionAction.ACCEPT: "accepted as written",
+        ResolutionAction.QUARANTINE: f"sealed without its {result.quarantined} failing row(s) "
+        "(quarantined)",
+        ResolutionAction.SKIP: "skipped: rolled back and sealed empty",
+    }[action]
+    typer.echo(
+        f"epoch {epoch} of table {table} {what} (Delta version {result.versions[table]}); "
+        f"recorded as {action.value} by {result.resolution.actor}. "
+        "The next `etl run` lets downstream catch up"
+    )
+
+
+@retire_app.command("job")
+@guard
+def retire_job(
+    name: Annotated[str, typer.Argument(help="The job to retire.")],
+    warehouse: Warehouse = Path("warehouse"),
+    catalog_url: CatalogUrl = None,
+) -> None:
+    """Retire a job: it no longer runs or holds its pipeline's COMMIT back; its history
+    stays readable. Registering it again (a pipeline file that declares it) revives it.
+
+    Example: etl retire job old_job
+    """
+    with open_catalog(warehouse, catalog_url) as catalog:
+        try:
+            info = catalog.retire_job(name)
+            retired_tables = []
+            for table in (info.output, *info.side_outputs):
+                try:
+                    catalog.retire_table(table)
+                    retired_tables.append(table)
+                except RetirementBlockedError:
+                    pass
+        except RetirementBlockedError as exc:
+            raise UsageError(str(exc)) from None
+    typer.echo(
+        f"retired job {name}"
+        + (f" and its table(s) {', '.join(retired_tables)}" if retired_tables else "")
+        + "; their history stays readable"
+    )
+
+
+@retire_app.command("table")
+@guard
+def retire_table(
+    name: Annotated[str, typer.Argument(help="The table to retire.")],
+    warehouse: Warehouse = Path("warehouse"),
+    catalog_url: CatalogUrl = None,
+) -> None:
+    """Retire a table: its pipeline's COMMIT no longer waits for it; its epochs stay
+    readable. Its writer job must be retired first.
+
+    Example: etl retire table old_table
+    """
+    with open_catalog(warehouse, catalog_url) as catalog:
+        try:
+            catalog.retire_table(name)
+        except RetirementBlockedError as exc:
+            raise UsageError(str(exc)) from None
+    typer.echo(f"retired table {name}; its history stays readable")
+
+
+__all__ = ["resolve", "retire_app", "retire_job", "retire_table"]

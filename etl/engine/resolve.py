@@ -1,0 +1,292 @@
+"""Resolving an epoch a quality gate blocked: an operator's explicit way out.
+
+A ``block`` gate leaves the epoch PROCESSED and the job waits there (docs/design.md,
+"Data quality"). An operator resolves it, and the resolution is recorded in the catalog
+(:meth:`Catalog.record_resolution`) beside the state history:
+
+- ACCEPT: seal the epoch as written, failing rows included (an override);
+- QUARANTINE: the audit path of a ``quarantine`` gate (:func:`etl.engine.audit.audit`):
+  failing rows go to the table's quarantine table, the rest is sealed;
+- SKIP: RESTORE the job's tables to their last sealed versions (fenced), record the epoch
+  ROLLED_BACK, then a new attempt PROCESSED and WRITTEN at the restored versions with no
+  rows: downstream sees an empty epoch. An explicit, recorded loss: a source's recorded
+  slice of the epoch is never read again.
+
+The caller holds the job's lease (``lease``) and passes the generation it claims the
+tables with; nothing here decides whether an epoch may be resolved beyond the checks
+that keep the catalog and the Delta logs in agreement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from catalog import (
+    Catalog,
+    CommitManifest,
+    EpochState,
+    Lease,
+    Resolution,
+    ResolutionAction,
+    SealRequest,
+)
+from consistency import META_JOB, META_ROLLBACK_OF, EpochBatch
+from etl.delta import Fence, claim_table, restore_table, table_version
+from etl.engine.commit import BatchWrite
+from etl.errors import InternalError, UsageError
+
+if TYPE_CHECKING:
+    from etl.engine.batch import EpochEngine
+
+
+@dataclass(frozen=True)
+class BlockedEpoch:
+    """A blocked epoch of a job's output, as the catalog holds it."""
+
+    job: str
+    table: str
+    first_epoch: int
+    """The batch's first epoch (< epoch when a catch-up batch was blocked)."""
+    epoch: int
+    attempt: int
+    tables: tuple[str, ...]
+    """The job's output and side outputs."""
+
+
+@dataclass(frozen=True)
+class ResolveResult:
+    resolution: Resolution
+    versions: dict[str, int]
+    commit: CommitManifest | None
+    quarantined: int = 0
+
+
+def blocked_epoch(catalog: Catalog, table: str, epoch: int) -> BlockedEpoch:
+    """The blocked epoch ``epoch`` of ``table``; UsageError saying why if it is not one."""
+    info = catalog.get_table(table)
+    if info.writer_job is None:
+        raise UsageError(f"table {table!r} has no writer job: nothing of it can be blocked")
+    job = catalog.get_job(info.writer_job)
+    if table != job.output:
+        raise UsageError(
+            f"table {table!r} is a side output of job {job.name!r}: resolve its output "
+            f"{job.output!r} instead"
+        )
+    state = catalog.table_epoch(table, epoch)
+    if state is None or state.state is not EpochState.PROCESSED:
+        now = state.state.value if state is not None else "no state"
+        raise UsageError(
+            f"epoch {epoch} of table {table!r} is not blocked (it has {now}); "
+            "`etl status` lists the blocked epochs"
+        )
+    sealed = catalog.latest_written([table]).get(table)
+    done = sealed.epoch if sealed is not None else info.first_epoch - 1
+    own = [e.id for e in catalog.epochs(after=done, up_to=epoch, pipeline=info.pipeline)]
+    return BlockedEpoch(
+        job=job.name,
+        table=table,
+        first_epoch=own[0] if own else epoch,
+        epoch=epoch,
+        attempt=state.attempt,
+        tables=(job.output, *job.side_outputs),
+    )
+
+
+def _claim(catalog: Catalog, blocked: BlockedEpoch, lease: Lease) -> Fence:
+    fence = Fence(blocked.job, lease.generation)
+    for table in blocked.tables:
+        claim_table(catalog.get_table(table).location, fence=fence)
+    return fence
+
+
+def _version(catalog: Catalog, table: str) -> int:
+    version = table_version(catalog.get_table(table).location)
+    if version is None:
+        raise InternalError(f"table {table!r} has no Delta version to seal at")
+    return version
+
+
+def _seal(
+    catalog: Catalog,
+    blocked: BlockedEpoch,
+    lease: Lease,
+    *,
+    versions: dict[str, int],
+    rows: dict[str, int],
+    attempt: int,
+) -> CommitManifest | None:
+    requests = [
+        SealRequest(
+            table=table,
+            epoch=blocked.epoch,
+            delta_version=versions[table],
+            attempt=attempt,
+            rows=rows.get(table, 0),
+            first_epoch=blocked.first_epoch,
+        )
+        for table in blocked.tables
+    ]
+    return catalog.seal(blocked.job, lease.generation, requests)
+
+
+def accept(
+    catalog: Catalog, blocked: BlockedEpoch, lease: Lease, *, actor: str, reason: str
+) -> ResolveResult:
+    """Seal the blocked epoch as written (its recorded PROCESSED versions)."""
+    _claim(catalog, blocked, lease)
+    states = catalog.states_at(blocked.tables, blocked.epoch)
+    versions: dict[str, int] = {}
+    rows: dict[str, int] = {}
+    for table in blocked.tables:
+        state = states.get(table)
+        if (
+            state is not None
+            and state.state is EpochState.PROCESSED
+            and state.delta_version is not None
+        ):
+            versions[table] = state.delta_version
+            rows[table] = state.rows or 0
+        else:
+            versions[table] = _version(catalog, table)
+    resolution = catalog.record_resolution(
+        blocked.table, blocked.epoch, action=ResolutionAction.ACCEPT, actor=actor, reason=reason
+    )
+    commit = _seal(catalog, blocked, lease, versions=versions, rows=rows, attempt=blocked.attempt)
+    return ResolveResult(resolution, versions, commit)
+
+
+def skip(
+    catalog: Catalog, blocked: BlockedEpoch, lease: Lease, *, actor: str, reason: str
+) -> ResolveResult:
+    """Roll the blocked epoch back (RESTORE) and seal it empty: a recorded loss."""
+    fence = _claim(catalog, blocked, lease)
+    resolution = catalog.record_resolution(
+        blocked.table, blocked.epoch, action=ResolutionAction.SKIP, actor=actor, reason=reason
+    )
+    attempt = catalog.max_attempt(blocked.tables, blocked.epoch) + 1
+    versions: dict[str, int] = {}
+    for table in blocked.tables:
+        location = catalog.get_table(table).location
+        sealed = catalog.latest_written([table]).get(table)
+        current = table_version(location)
+        if current is None:
+            raise InternalError(f"table {table!r} has no Delta version to restore")
+        base = sealed.delta_version if sealed is not None else None
+        versions[table] = restore_table(
+            location,
+            to_version=base,
+            planned_at=current,
+            fence=fence,
+            metadata={META_JOB: blocked.job, META_ROLLBACK_OF: str(blocked.epoch)},
+        )
+        state = catalog.table_epoch(table, blocked.epoch)
+        if state is not None and state.state is EpochState.PROCESSED:
+            catalog.mark_rolled_back(
+                table,
+                blocked.epoch,
+                job=blocked.job,
+                generation=lease.generation,
+                reason=f"skipped by {actor}: {reason}",
+            )
+        catalog.record_processed(
+            table,
+            blocked.epoch,
+            delta_version=versions[table],
+            job=blocked.job,
+            attempt=attempt,
+            generation=lease.generation,
+            rows=0,
+        )
+    commit = _seal(catalog, blocked, lease, versions=versions, rows={}, attempt=attempt)
+    return ResolveResult(resolution, versions, commit)
+
+
+def quarantine(
+    engine: EpochEngine,
+    blocked: BlockedEpoch,
+    lease: Lease,
+    *,
+    actor: str,
+    reason: str,
+) -> ResolveResult:
+    """Quarantine the failing rows of the blocked epoch and seal the rest.
+
+    The gate's row-level expectations decide which rows fail (table-level ones cannot
+    split rows: the operator overrides them). Needs the gate's quarantine table, that is
+    a gate declared with ``policy="quarantine"``.
+    """
+    from etl.engine.audit import audit
+    from etl.quality import QualityGate
+
+    catalog = engine.catalog
+    gate = engine.pipeline.gates.get(blocked.table)
+    if gate is None:
+        raise UsageError(f"the pipeline declares no quality gate for table {blocked.table!r}")
+    if gate.quarantine_table is None:
+        raise UsageError(
+            f"table {blocked.table!r} has no quarantine table (its gate's policy is "
+            f"{gate.policy!r}): declare the gate with policy='quarantine' and rerun, which "
+            "re-audits the epoch; or resolve it with --accept or --skip"
+        )
+    row_level = [c.expectation for c in gate.checks if c.level == "row"]
+    job = engine.pipeline.jobs[blocked.job]
+    _claim(catalog, blocked, lease)
+    states = catalog.states_at(blocked.tables, blocked.epoch)
+    written = BatchWrite(
+        versions={
+            t: s.delta_version
+            for t, s in states.items()
+            if s.state is EpochState.PROCESSED and s.delta_version is not None
+        },
+        rows={t: s.rows or 0 for t, s in states.items() if s.state is EpochState.PROCESSED},
+    )
+    resolution = catalog.record_resolution(
+        blocked.table,
+        blocked.epoch,
+        action=ResolutionAction.QUARANTINE,
+        actor=actor,
+        reason=reason,
+    )
+    quarantined = 0
+    writer = engine.writer(
+        job,
+        EpochBatch(blocked.first_epoch, blocked.epoch),
+        attempt=blocked.attempt,
+        lease=lease,
+    )
+    if row_level:
+        splitting = QualityGate(
+            gate.table, row_level, policy="quarantine", quarantine=gate.quarantine_table
+        )
+        verdict = audit(writer, splitting, written)
+        written, quarantined = verdict.written, verdict.quarantined
+    versions = {
+        t: written.versions[t] if t in written.versions else _version(catalog, t)
+        for t in blocked.tables
+    }
+    commit = _seal(
+        catalog,
+        blocked,
+        lease,
+        versions=versions,
+        rows=dict(written.rows),
+        attempt=blocked.attempt,
+    )
+    return ResolveResult(resolution, versions, commit, quarantined=quarantined)
+
+
+def resolve_actions() -> Sequence[str]:
+    return [a.value.lower() for a in ResolutionAction]
+
+
+__all__ = [
+    "BlockedEpoch",
+    "ResolveResult",
+    "accept",
+    "blocked_epoch",
+    "quarantine",
+    "resolve_actions",
+    "skip",
+]
