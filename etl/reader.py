@@ -143,7 +143,7 @@ def parse_query(sql: str) -> ParsedQuery:
     return ParsedQuery(text=sql, expression=statement, tables=tuple(names))
 
 
-def _position(statement: exp.Expression, name: str) -> int:
+def _position(statement: exp.Expression | exp.Query, name: str) -> int:
     for index, table in enumerate(statement.find_all(exp.Table, bfs=False)):
         if ".".join(part.name for part in table.parts).lower() == name.lower():
             return index

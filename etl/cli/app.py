@@ -326,7 +326,7 @@ def _flag_display(original: Any) -> Any:
 
 for _cls in (getattr(typer.core, "TyperOption", None), getattr(typer.core, "TyperArgument", None)):
     if _cls is not None and hasattr(_cls, "display_type_rich"):
-        _cls.display_type_rich = _flag_display(_cls.display_type_rich)  # type: ignore[method-assign]
+        _cls.display_type_rich = _flag_display(_cls.display_type_rich)
 
 
 def main() -> None:
