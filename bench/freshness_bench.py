@@ -468,7 +468,7 @@ def main() -> None:
     probe_interval = env_float("DB_BENCH_PROBE_INTERVAL", 0.1)
     runner_options: dict[str, object] = {}
     if os.environ.get("DB_BENCH_PARALLEL"):
-        runner_options["max_parallel_jobs"] = env_int("DB_BENCH_PARALLEL", 4)
+        runner_options["max_parallel_jobs"] = env_int("DB_BENCH_PARALLEL", 0) or None
     if os.environ.get("DB_BENCH_BACKLOG"):
         backlog = env_int("DB_BENCH_BACKLOG", 10)
         runner_options["backlog_threshold"] = backlog or None

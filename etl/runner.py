@@ -138,7 +138,7 @@ class Runner:
         owner: str | None = None,
         lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS,
         backlog_threshold: int | None = 10,
-        max_parallel_jobs: int = 4,
+        max_parallel_jobs: int | None = None,
         on_batch: ProgressCallback | None = None,
     ) -> None:
         self.pipeline = pipeline
@@ -405,7 +405,10 @@ class Runner:
 
         running: dict[Future[BatchResult], tuple[Job, EpochBatch]] = {}
         with ThreadPoolExecutor(
-            max_workers=self.max_parallel_jobs, thread_name_prefix="job"
+            # One worker per job by default: a job never waits for a slot behind the jobs
+            # downstream of it, so a long chain does not hold back its root.
+            max_workers=self.max_parallel_jobs or max(1, len(jobs)),
+            thread_name_prefix="job",
         ) as pool:
             while True:
                 if opening() and time.monotonic() >= next_epoch_at:
