@@ -796,8 +796,9 @@ class SqlCatalog(Catalog):
     def open_for_upgrade(
         cls, url: str | None = None, *, warehouse: str | os.PathLike[str] | None = None
     ) -> SqlCatalog:
-        """Open a catalog whatever its schema version, only to call :meth:`upgrade`."""
-        return cls(catalog_url(url, warehouse=warehouse), check_schema=False)
+        """Open an existing catalog whatever its schema version, only to call :meth:`upgrade`
+        (CatalogNotFoundError where there is none: nothing is created)."""
+        return cls(catalog_url(url, warehouse=warehouse), check_schema=False, create=False)
 
     def __repr__(self) -> str:
         return f"SqlCatalog({self.url!r})"

@@ -2,27 +2,39 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from etl.cli.app import CatalogUrl, Warehouse, catalog_app, guard
+from etl.cli.app import CatalogUrl, TableOrJson, Warehouse, catalog_app, guard
 
 
 @catalog_app.command("upgrade")
 @guard
 def catalog_upgrade(
-    warehouse: Warehouse = Path("warehouse"), catalog_url: CatalogUrl = None
+    warehouse: Warehouse = Path("warehouse"),
+    catalog_url: CatalogUrl = None,
+    format: Annotated[
+        TableOrJson, typer.Option("--format", case_sensitive=False)
+    ] = TableOrJson.TABLE,
 ) -> None:
-    """Migrate the catalog database to this version's schema.
+    """Migrate an existing catalog database to this version's schema (creates none).
 
     Example: etl catalog upgrade --catalog postgresql://etl@db-host/etl
     """
     from catalog import SCHEMA_VERSION, SqlCatalog
 
     catalog = SqlCatalog.open_for_upgrade(catalog_url, warehouse=warehouse)
-    before = catalog.upgrade()
-    typer.echo(f"catalog schema: version {before} -> {SCHEMA_VERSION}")
+    try:
+        before = catalog.upgrade()
+    finally:
+        catalog.close()
+    if format is TableOrJson.JSON:
+        typer.echo(json.dumps({"schema_version_before": before, "schema_version": SCHEMA_VERSION}))
+    else:
+        typer.echo(f"catalog schema: version {before} -> {SCHEMA_VERSION}")
 
 
 __all__ = [

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from catalog import load_catalog
+from catalog import SCHEMA_VERSION, load_catalog
 from etl import Runner, snapshot
 from etl.errors import SqlTablesError
 from etl.reader import SnapshotClosedError, parse_query, tables_in_sql
@@ -450,3 +450,21 @@ def test_a_typo_in_sql_is_one_plain_line(tmp_path):
     assert result.returncode == 2
     assert "incomplete expression" in result.stderr
     assert "<class" not in result.stderr and not ANSI.search(result.stderr)
+
+
+def test_catalog_upgrade_creates_nothing_and_speaks_json(tmp_path):
+    from tests.support.cli_runner import etl
+
+    typo = tmp_path / "wherehouse"
+    refused = etl("catalog", "upgrade", "--warehouse", typo, cwd=tmp_path)
+    assert refused.returncode == 2 and "run" in refused.stderr
+    assert not typo.exists()
+
+    warehouse = tmp_path / "warehouse"
+    load_catalog(None, warehouse=warehouse).close()
+    done = etl("catalog", "upgrade", "--warehouse", warehouse, "--format", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "schema_version_before": SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION,
+    }
