@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -12,6 +13,15 @@ import typer
 from etl.cli.app import CatalogUrl, Warehouse, app, guard, open_catalog
 from etl.cli.render import out, rows_table
 from etl.errors import UsageError
+
+
+class LineageFormat(StrEnum):
+    """``table`` (the human one, as on every command): the graph drawn as an indented tree."""
+
+    TABLE = "table"
+    DOT = "dot"
+    MERMAID = "mermaid"
+    JSON = "json"
 
 
 @app.command()
@@ -165,7 +175,9 @@ def _status_view(report):
 def lineage(
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    format: Annotated[Literal["text", "dot", "mermaid", "json"], typer.Option("--format")] = "text",
+    format: Annotated[
+        LineageFormat, typer.Option("--format", case_sensitive=False)
+    ] = LineageFormat.TABLE,
 ) -> None:
     """The graph of sources, jobs and tables.
 
@@ -175,7 +187,7 @@ def lineage(
 
     with open_catalog(warehouse, catalog_url) as catalog:
         graph = lineage_graph(catalog)
-    typer.echo(lineage_text(graph, fmt=format))
+    typer.echo(lineage_text(graph, fmt=format.value))
 
 
 @app.command()
