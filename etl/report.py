@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from catalog import PIPELINE_DEFAULT, Catalog, EpochState
@@ -70,6 +70,11 @@ class PipelineStatus:
     freshness_seconds: float | None
     """The worst end-to-end freshness among its tables."""
     summary: str
+    expired_epochs: int = 0
+    """Epochs retention expired (their cuts are no longer readable)."""
+    pins: int = 0
+    """Open readers' pins on its cuts."""
+    tags: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -249,6 +254,8 @@ def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusRep
             )
         )
     pipelines = []
+    pins = catalog.active_pins()
+    tags = catalog.list_tags()
     for info in catalog.list_pipelines():
         mine = [r for r in rows if r.pipeline == info.name and not r.retired]
         if not mine and info.name == PIPELINE_DEFAULT:
@@ -288,6 +295,14 @@ def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusRep
             parts.append(f"{blocked_count} blocked")
         if failing:
             parts.append(f"failing: {', '.join(failing)}")
+        expired = len(catalog.expired_epochs(pipeline=info.name))
+        pinned = sum(1 for p in pins if p.pipeline in (info.name, None))
+        tagged = sorted(t.name for t in tags if t.pipeline in (info.name, None))
+        if expired or pinned or tagged:
+            parts.append(
+                f"retention: {expired} epoch(s) expired, {pinned} pin(s), "
+                f"tags {', '.join(tagged) or '-'}"
+            )
         pipelines.append(
             PipelineStatus(
                 pipeline=info.name,
@@ -303,6 +318,9 @@ def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusRep
                 max_lag_epochs=max(lags) if lags else None,
                 freshness_seconds=max(fresh) if fresh else None,
                 summary=", ".join(parts),
+                expired_epochs=expired,
+                pins=pinned,
+                tags=tagged,
             )
         )
     return StatusReport(generated_at=now, pipelines=pipelines, tables=rows)

@@ -222,7 +222,14 @@ def epochs(
             for s in states
             if source and (recorded := catalog.get_slice(source, s.epoch)) is not None
         }
-        writer = catalog.get_table(table).writer_job
+        info = catalog.get_table(table)
+        expired = {e.epoch: e for e in catalog.expired_epochs(pipeline=info.pipeline)}
+        pinned = {p.epoch for p in catalog.active_pins() if p.epoch is not None}
+        pinned_versions = {p.versions.get(table) for p in catalog.active_pins()}
+        tagged: dict[int, list[str]] = {}
+        for tag in catalog.list_tags():
+            tagged.setdefault(tag.epoch, []).append(tag.name)
+        writer = info.writer_job
         failed: dict[int, list] = {}
         if writer is not None:
             for failure in catalog.failures(job=writer, limit=500):
@@ -249,6 +256,9 @@ def epochs(
             "barrier_ts": ts.isoformat() if (ts := barrier.get(s.epoch)) else None,
             "updated_at": s.updated_at.isoformat() if s.updated_at else None,
             "failures": [_failure_json(f) for f in failed.get(s.epoch, [])],
+            "retention": _retention(
+                s, expired=expired, pinned=pinned, pinned_versions=pinned_versions, tagged=tagged
+            ),
         }
         for s in states
     ]
@@ -270,13 +280,23 @@ def epochs(
                     "barrier_ts": None,
                     "updated_at": items[0].failed_at.isoformat() if items[0].failed_at else None,
                     "failures": [_failure_json(f) for f in items],
+                    "retention": None,
                 }
             )
     records.sort(key=lambda r: r["epoch"])
     if format == "json":
         typer.echo(json.dumps(records, indent=2))
         return
-    columns = ["epoch", "state", "delta_version", "rows", "attempt", "validation", "barrier_ts"]
+    columns = [
+        "epoch",
+        "state",
+        "delta_version",
+        "rows",
+        "attempt",
+        "validation",
+        "barrier_ts",
+        "retention",
+    ]
     cells = [[record[c] for c in columns] for record in records]
     if failed:
         columns.append("failed attempts")
@@ -292,6 +312,20 @@ def epochs(
         for row, record in zip(cells, records, strict=True):
             row.append("catch-up" if record["catch_up"] else "")
     out.print(rows_table(columns, cells, title=f"epochs of {table}"))
+
+
+def _retention(state, *, expired, pinned, pinned_versions, tagged) -> str | None:
+    """Whether a sealed epoch's cut is still readable, and what holds it."""
+    if state.state.value != "WRITTEN":
+        return None
+    if state.epoch in expired:
+        return f"expired ({expired[state.epoch].rule})"
+    held = []
+    if state.epoch in pinned or state.delta_version in pinned_versions:
+        held.append("pinned")
+    if state.epoch in tagged:
+        held.append("tagged " + ", ".join(sorted(tagged[state.epoch])))
+    return "retained" + (f": {'; '.join(held)}" if held else "")
 
 
 def _failure_json(failure) -> dict:

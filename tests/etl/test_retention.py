@@ -210,3 +210,38 @@ def test_compaction_coexists_with_a_continuous_run(tmp_path, spark):
     with snapshot(env.catalog, ["orders"], spark=spark) as r:
         got = _all_readers(r, env, "orders")
     assert got["spark"] == got["duckdb"] == got["delta-rs"] and len(got["spark"]) == 8
+
+
+def test_status_and_epochs_show_expired_pinned_and_tagged_epochs(tmp_path):
+    """Through the real `etl` command, on a history written through the catalog API."""
+    from catalog import JobSpec, SealRequest, TableSpec, load_catalog
+    from tests.support.cli_runner import etl
+
+    warehouse = tmp_path / "warehouse"
+    catalog = load_catalog(None, warehouse=warehouse)
+    catalog.register_table(TableSpec("facts", str(warehouse / "facts"), kind="root"))
+    catalog.register_job(JobSpec("ingest", output="facts", source="feed"))
+    lease = catalog.acquire_lease("ingest", "test", ttl_seconds=60)
+    for version in range(4):
+        epoch = catalog.open_epoch().id
+        catalog.seal("ingest", lease.generation, [SealRequest("facts", epoch, version)])
+    catalog.create_tag("audit", epoch=2, versions={"facts": 1}, pipeline=None)
+    pin = catalog.create_pin(
+        pipeline=None, epoch=3, versions={"facts": 2}, holder="a reader", ttl_seconds=60
+    )
+    assert catalog.expire_epochs([1, 2, 3], rule="every epoch for 1h") == [1]
+    epochs = etl("epochs", "facts", "--format", "json", "--warehouse", warehouse, cwd=tmp_path)
+    assert epochs.returncode == 0, epochs.stderr
+    retention = {r["epoch"]: r["retention"] for r in json.loads(epochs.stdout)}
+    assert retention == {
+        1: "expired (every epoch for 1h)",
+        2: "retained: tagged audit",
+        3: "retained: pinned",
+        4: "retained",
+    }
+    status = etl("status", "--format", "json", "--warehouse", warehouse, cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    [pipeline] = json.loads(status.stdout)["pipelines"]
+    assert (pipeline["expired_epochs"], pipeline["pins"], pipeline["tags"]) == (1, 1, ["audit"])
+    catalog.release_pin(pin)
+    catalog.close()
