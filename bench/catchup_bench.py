@@ -46,7 +46,7 @@ def _pending_pipeline(root: Path, spark, *, backlog_threshold: int | None):
         path.write_text("".join(f'{{"id": {epoch * 10 + i}, "v": {i}.5}}\n' for i in range(10)))
         os.utime(path, ns=(time.time_ns(), time.time_ns()))
         time.sleep(0.001)
-        runner.catalog.open_epoch()
+        runner.open_epoch()
     return runner
 
 

@@ -192,7 +192,7 @@ def known(tmp_path_factory) -> Known:
 
     # 3. A new barrier that no job has processed yet: every table lags one epoch.
     time.sleep(0.2)
-    k.catalog.open_epoch()
+    k.catalog.open_epoch(pipeline="wordcount")
     return k
 
 

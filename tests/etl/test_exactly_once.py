@@ -248,7 +248,7 @@ def test_a_recorded_slice_is_read_when_its_epoch_joins_a_catch_up(tmp_path, spar
     assert runner.catalog.get_slice("drops", 1) is not None
     for epoch, name in ((2, "b"), (3, "c")):
         (incoming / f"{name}.json").write_text(f'{{"k": "{name}", "v": {epoch}}}\n')
-        runner.catalog.open_epoch()
+        runner.open_epoch()
     fail["on"] = False
     with runner:
         runner.recover()
@@ -326,7 +326,7 @@ def test_micro_batch_numbers_beyond_4095_commit_like_any_other(tmp_path, spark):
     source = ListSource("feed")
     runner = make_runner(ingest_pipeline(source), tmp_path, spark)
     job = runner.pipeline.jobs["ingest"]
-    epoch = runner.catalog.open_epoch().id
+    epoch = runner.open_epoch().id
     frame = spark.createDataFrame([("a", 1)], "k string, v long").selectExpr(
         "*", f"CAST({epoch} AS BIGINT) AS {EPOCH_COLUMN}"
     )

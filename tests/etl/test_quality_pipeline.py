@@ -46,7 +46,7 @@ def test_block_holds_the_chain_and_repeatable_read_at_the_last_good_epoch(tmp_pa
     assert env.runner.run_once().ok
     env.drop(BAD)
     result = env.runner.run_once()
-    assert result.exit_code == 0 and [b.job for b in result.blocked] == ["ingest_orders"]
+    assert result.exit_code == 4 and [b.job for b in result.blocked] == ["ingest_orders"]
     assert "failed" in result.blocked[0].blocked_reason
 
     assert env.catalog.table_epoch("orders", 2).state is EpochState.PROCESSED

@@ -555,7 +555,7 @@ class Driver:
         def open_next(barrier_ts=None):
             driver.opened += 1
             driver.inputs.place(driver.opened)
-            epoch = driver.catalog.open_epoch()
+            epoch = driver.catalog.open_epoch(barrier_ts, pipeline=runner.catalog_pipeline)
             time.sleep(0.02)
             return epoch
 

@@ -311,7 +311,7 @@ class Inputs:
 def open_epoch(runner: Runner, inputs: Inputs, epoch: int) -> None:
     """Place epoch ``epoch``'s inputs, then open it (the catalog must issue that number)."""
     inputs.place(epoch)
-    opened = runner.catalog.open_epoch()
+    opened = runner.catalog.open_epoch(pipeline=runner.catalog_pipeline)
     assert opened.id == epoch, f"the catalog opened epoch {opened.id}, expected {epoch}"
     time.sleep(0.02)  # the next epoch's inputs come strictly after this barrier
 
