@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from catalog import EpochExpiredError, load_catalog
 from etl import FileSource, Pipeline, Retention, Runner, snapshot
 from etl.delta.log import active_files
-from etl.delta.maintenance import stored_files
+from etl.delta.maintenance import MAINTENANCE_META, stored_files
 from etl.retention.maintain import maintain
 
 pytestmark = [pytest.mark.retention, pytest.mark.spark]
@@ -67,6 +67,18 @@ class Env:
         result = self.runner.run_once(barrier_ts=BASE + timedelta(hours=hours))
         assert result.ok, result
         return result.epochs_opened[0].id
+
+    def drop(self, rows: int = 2) -> None:
+        """A file arriving now (a continuous run's wall-clock barrier picks it up)."""
+        self.n += 1
+        hidden = self.incoming / f".b{self.n}"
+        hidden.write_text(
+            "".join(
+                json.dumps({"id": self.n * 100 + i, "amount": float(i * 7)}) + "\n"
+                for i in range(rows)
+            )
+        )
+        os.replace(hidden, self.incoming / f"b{self.n:04d}.json")
 
     def location(self, table: str) -> str:
         return self.catalog.get_table(table).location
@@ -183,12 +195,26 @@ def test_orphans_removed_after_safety_age_only(tmp_path, spark):
     assert {f.path for f in stored_files(str(location))} == set(_files(str(location)))
 
 
+def _history(location: str) -> list[tuple[int, bool, int]]:
+    """(version, is a compaction commit, active files) of every version of a table."""
+    table = DeltaTable(location)
+    compactions = {h["version"] for h in table.history() if h.get(MAINTENANCE_META) == "compaction"}
+    return [(v, v in compactions, len(_files_at(location, v))) for v in range(table.version() + 1)]
+
+
+def _files_at(location: str, version: int) -> list[str]:
+    return [f.path for f in active_files(DeltaTable(location, version=version))]
+
+
 def test_compaction_coexists_with_a_continuous_run(tmp_path, spark):
     import threading
 
     env = Env(tmp_path, spark, None)
-    for i in range(4):
-        env.epoch(i)
+    epochs = [env.epoch(i) for i in range(4)]
+    cuts = {}
+    for e in epochs:
+        with snapshot(env.catalog, ["orders"], as_of_epoch=e) as r:
+            cuts[e] = sorted(r.arrow("orders").to_pylist(), key=lambda row: row["id"])
     env.runner.maintenance_interval = 0.0  # between every batch
     env.runner.maintenance_options = {"min_files": 2, "orphan_age": timedelta(0)}
     outside: list = []
@@ -197,16 +223,34 @@ def test_compaction_coexists_with_a_continuous_run(tmp_path, spark):
         catalog = load_catalog(None, warehouse=env.warehouse)
         for _ in range(2):
             time.sleep(1.0)
+            env.drop()  # new data keeps arriving
             outside.append(maintain(catalog, orphan_age=timedelta(0), min_files=2))
 
     thread = threading.Thread(target=cron)
+    env.drop()  # for the first epoch of the run, sealed on top of the compacted files
     thread.start()
     result = env.runner.run_continuous(epoch_interval=1.0, stop=threading.Event(), max_epochs=3)
     thread.join()
     assert result.ok, result
-    # TODO(issue 11): maintenance inside the run (Runner.maintenance_interval) is wired but
-    # this test does not yet show it compacting; only the outside `etl maintain` is checked.
+    assert len(result.epochs_opened) == 3 and not result.failures
     assert any("held by a live run" in s for r in outside for t in r.tables for s in t.skipped)
+    # maintenance inside the run compacted the tables between batches, under the run's own
+    # leases, and the run kept sealing epochs on top of the compacted files
+    history = _history(env.location("orders"))  # ("big" gets no rows: amounts < 10)
+    compactions = [v for v, is_compaction, _ in history if is_compaction]
+    assert compactions, history
+    assert history[compactions[0]][2] < history[compactions[0] - 1][2], history
+    assert any(v > compactions[0] and not c for v, c, _ in history), history
+    written = {
+        row.epoch: row.delta_version
+        for row in env.catalog.table_epochs("orders")
+        if row.delta_version is not None
+    }
+    last = result.epochs_opened[-1].id
+    assert last in written and written[last] > compactions[0]
+    for e in epochs:  # retained cuts still read the same rows
+        with snapshot(env.catalog, ["orders"], as_of_epoch=e) as r:
+            assert sorted(r.arrow("orders").to_pylist(), key=lambda row: row["id"]) == cuts[e]
     with snapshot(env.catalog, ["orders"], spark=spark) as r:
         got = _all_readers(r, env, "orders")
-    assert got["spark"] == got["duckdb"] == got["delta-rs"] and len(got["spark"]) == 8
+    assert got["spark"] == got["duckdb"] == got["delta-rs"] and len(got["spark"]) >= 10
