@@ -5,10 +5,9 @@ and other Delta readers read every retained version after maintenance."""
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import duckdb
@@ -16,72 +15,13 @@ import pytest
 from deltalake import DeltaTable
 
 from catalog import EpochExpiredError, load_catalog
-from etl import FileSource, Pipeline, Retention, Runner, snapshot
+from etl import Retention, snapshot
 from etl.delta.log import active_files
 from etl.delta.maintenance import MAINTENANCE_META, stored_files
 from etl.retention.maintain import maintain
+from tests.support.retention_env import BASE, Env
 
 pytestmark = [pytest.mark.retention, pytest.mark.spark]
-
-BASE = datetime(2024, 1, 1, tzinfo=UTC)
-SCHEMA = "id INT, amount DOUBLE"
-
-
-class Env:
-    def __init__(self, root: Path, spark, retention: Retention | None):
-        self.incoming = root / "incoming"
-        self.incoming.mkdir(parents=True)
-        pipeline = Pipeline("shop", retention=retention)
-        pipeline.ingest(
-            "ingest",
-            source=FileSource("drops", path=self.incoming, format="json", schema=SCHEMA),
-            output="orders",
-        )
-        pipeline.sql(
-            "big",
-            output="big",
-            inputs=["orders"],
-            query="SELECT id, amount FROM orders WHERE amount >= 10",
-        )
-        self.warehouse = root / "warehouse"
-        self.catalog = load_catalog(None, warehouse=self.warehouse)
-        self.runner = Runner(
-            pipeline, catalog=self.catalog, warehouse=str(self.warehouse), spark=spark
-        )
-        self.spark = spark
-        self.n = 0
-
-    def epoch(self, hours: float, rows: int = 2) -> int:
-        self.n += 1
-        hidden = self.incoming / f".b{self.n}"
-        hidden.write_text(
-            "".join(
-                json.dumps({"id": self.n * 100 + i, "amount": float(i * 7)}) + "\n"
-                for i in range(rows)
-            )
-        )
-        # FileSource cuts slices by modification time at the barrier (a synthetic clock)
-        stamp = (BASE + timedelta(hours=hours)).timestamp() - 1
-        os.utime(hidden, (stamp, stamp))
-        os.replace(hidden, self.incoming / f"b{self.n:04d}.json")
-        result = self.runner.run_once(barrier_ts=BASE + timedelta(hours=hours))
-        assert result.ok, result
-        return result.epochs_opened[0].id
-
-    def drop(self, rows: int = 2) -> None:
-        """A file arriving now (a continuous run's wall-clock barrier picks it up)."""
-        self.n += 1
-        hidden = self.incoming / f".b{self.n}"
-        hidden.write_text(
-            "".join(
-                json.dumps({"id": self.n * 100 + i, "amount": float(i * 7)}) + "\n"
-                for i in range(rows)
-            )
-        )
-        os.replace(hidden, self.incoming / f"b{self.n:04d}.json")
-
-    def location(self, table: str) -> str:
-        return self.catalog.get_table(table).location
 
 
 def _files(location: str) -> list[str]:
