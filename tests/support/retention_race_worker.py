@@ -33,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from catalog import EpochExpiredError, load_catalog  # noqa: E402
 from etl import snapshot  # noqa: E402
 
-
 ORPHAN_AGE = timedelta(minutes=10)
 """Files no log entry mentions yet (a batch in flight: the engine writes during the race)
 are safe only thanks to the orphan safety age; with none, vacuum deletes the files of a
