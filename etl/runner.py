@@ -411,6 +411,8 @@ class Runner:
             thread_name_prefix="job",
         ) as pool:
             while True:
+                if not running:  # no batch in flight: every table is sealed or idle
+                    self._maybe_maintain()
                 if opening() and time.monotonic() >= next_epoch_at:
                     opened.append(self.open_epoch())
                     next_epoch_at = time.monotonic() + (epoch_interval or 0.0)
@@ -426,7 +428,6 @@ class Runner:
                 timeout = max(0.0, next_epoch_at - time.monotonic()) if opening() else None
                 if not running:
                     assert stop is not None and timeout is not None
-                    self._maybe_maintain()
                     stop.wait(max(0.0, next_epoch_at - time.monotonic()))
                     continue
                 finished, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)

@@ -272,18 +272,19 @@ def log_upkeep(location: str, *, keep_from_version: int, dry_run: bool = False) 
     location = normalize_location(location)
     fs, root = filesystem(location)
     commits, checkpoints = _log_versions(fs, root)
-    latest = open_table(location, operation="checkpoint").version()
+    table = open_table(location, operation="checkpoint")  # loaded once: a long log is slow
+    latest = table.version()
     keep_from = max(0, min(keep_from_version, latest))
     old = [v for v in commits if v < keep_from]
     old_checkpoints = [v for v in checkpoints if v < keep_from]
     if dry_run:
         new_cp = None if latest in checkpoints else latest
         return LogUpkeep(new_cp, len(old) + len(old_checkpoints), keep_from if old else 0)
-    if old and keep_from not in checkpoints:
+    if old and keep_from not in checkpoints and keep_from != latest:
         DeltaTable(location, version=keep_from).create_checkpoint()
     checkpointed = None
     if latest not in checkpoints or old:
-        DeltaTable(location, version=latest).create_checkpoint()
+        table.create_checkpoint()
         checkpointed = latest if latest not in checkpoints else None
     removed = 0
     names = []

@@ -19,6 +19,14 @@ TINY = {
         "DB_BENCH_FILES_PER_SECOND": "2",
         "DB_BENCH_PROBE_INTERVAL": "0.2",
     },
+    "retention": {
+        "DB_BENCH_EPOCHS": "6",
+        "DB_BENCH_MAINTAIN_EVERY": "3",
+        "DB_BENCH_KEEP": "2s",
+        "DB_BENCH_READS": "1",
+        "DB_BENCH_COMMITS": "50",
+        "DB_BENCH_OPENS": "1",
+    },
     "merge_scaling": {
         "DB_BENCH_MERGE_SIZES": "2000,5000",
         "DB_BENCH_MERGE_KEYS": "50",
@@ -30,6 +38,7 @@ EXPECTED = {
     "small_epoch": "one tiny epoch through one job:",
     "freshness": "freshness of the last table",
     "merge_scaling": "merge job 5,000 / 2,000 rows:",
+    "retention": "repeatable-read read of the latest cut",
 }
 
 
