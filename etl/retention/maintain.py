@@ -50,6 +50,9 @@ from etl.errors import CommitConflictError, DeltaIOError
 log = logging.getLogger(__name__)
 
 DEFAULT_ORPHAN_AGE = timedelta(hours=1)
+IN_FLIGHT_AGE = timedelta(hours=1)
+"""While a job's run is live, an unreferenced file of its tables is deleted only when at
+least this old: younger ones may belong to a batch about to commit."""
 _EXPIRE_CHUNK = 500
 
 
@@ -308,22 +311,28 @@ def _vacuum_table(
 
     if table_version(info.location) is None:
         return
-    refs = referenced_files(info.location, keep, keep_from=keep_from)
-    cutoff = time.time() - orphan_age.total_seconds()
-    doomed = []
-    for file in stored_files(info.location):
-        if file.path in refs.needed:
-            continue
-        if file.path in refs.known or file.mtime < cutoff:
-            doomed.append(file)
-            if file.path not in refs.known:
-                entry.orphans_removed += 1
     lease = catalog.get_lease(info.writer_job) if info.writer_job else None
     writer_live = (
         lease is not None
         and info.writer_job not in held_leases
         and _aware(lease.expires_at) > datetime.now(UTC)
     )
+    # Storage is listed before the log is read: a file committed meanwhile is not in the
+    # listing, so it cannot be mistaken for an orphan. A file written but not committed
+    # yet by a live writer looks like an orphan; only its age tells, so while the writer
+    # runs, unknown files must be at least IN_FLIGHT_AGE old, whatever orphan_age says.
+    listed = stored_files(info.location)
+    refs = referenced_files(info.location, keep, keep_from=keep_from)
+    age = max(orphan_age, IN_FLIGHT_AGE) if writer_live else orphan_age
+    cutoff = time.time() - age.total_seconds()
+    doomed = []
+    for file in listed:
+        if file.path in refs.needed:
+            continue
+        if file.path in refs.known or file.mtime < cutoff:
+            doomed.append(file)
+            if file.path not in refs.known:
+                entry.orphans_removed += 1
     stale_staging = (
         [] if writer_live else [d for d in staging_dirs(info.location) if d.mtime < cutoff]
     )
@@ -343,6 +352,7 @@ def _vacuum_table(
 
 __all__ = [
     "DEFAULT_ORPHAN_AGE",
+    "IN_FLIGHT_AGE",
     "MaintenanceReport",
     "TableMaintenance",
     "maintain",
