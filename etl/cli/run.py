@@ -9,13 +9,21 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 
 from catalog import Catalog
-from etl.cli.app import CatalogUrl, Warehouse, app, guard, open_catalog, parse_params
+from etl.cli.app import (
+    CatalogUrl,
+    TableOrJson,
+    Warehouse,
+    app,
+    guard,
+    open_catalog,
+    parse_params,
+)
 from etl.cli.render import err
 from etl.errors import PipelineBusyError, UsageError
 
@@ -63,9 +71,11 @@ def run(
         ),
     ] = DEFAULT_LEASE_TTL,
     format: Annotated[
-        Literal["text", "json"],
-        typer.Option("--format", help="json: the run's result as JSON on stdout."),
-    ] = "text",
+        TableOrJson,
+        typer.Option(
+            "--format", case_sensitive=False, help="json: the run's result as JSON on stdout."
+        ),
+    ] = TableOrJson.TABLE,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
     ] = False,
@@ -392,9 +402,11 @@ def recover(
     param: Annotated[list[str], typer.Option("--param")] = [],  # noqa: B006
     master: Annotated[str | None, typer.Option(envvar="ETL_SPARK_MASTER")] = None,
     format: Annotated[
-        Literal["text", "json"],
-        typer.Option("--format", help="json: what recovery did, as JSON on stdout."),
-    ] = "text",
+        TableOrJson,
+        typer.Option(
+            "--format", case_sensitive=False, help="json: what recovery did, as JSON on stdout."
+        ),
+    ] = TableOrJson.TABLE,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
     ] = False,
