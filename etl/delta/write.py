@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import re
 import time
 import uuid
@@ -422,8 +423,14 @@ def _add_action(file: DataFile) -> AddAction:
 
 FENCE_APP_PREFIX = "delta-barrier-fence/"
 # Commits that lose the race for the next version re-check their preconditions and try
-# again; past this many in a row something else is writing the table without pause.
-_MAX_COMMIT_ROUNDS = 20
+# again after a random pause that grows with every loss (so that no writer starves);
+# past this many losses in a row something else writes the table without pause.
+_MAX_COMMIT_ROUNDS = 40
+_BACKOFF_CAP_SECONDS = 0.25
+
+
+def _back_off(lost: int) -> None:
+    time.sleep(random.uniform(0, min(_BACKOFF_CAP_SECONDS, 0.002 * 2**lost)))
 
 
 @dataclass(frozen=True)
@@ -487,7 +494,7 @@ def claim_table(location: str, *, fence: Fence) -> int | None:
     generation claimed it first.
     """
     location = normalize_location(location)
-    for _ in range(_MAX_COMMIT_ROUNDS):
+    for lost in range(_MAX_COMMIT_ROUNDS):
         if not DeltaTable.is_deltatable(location):
             return None
         table = open_table(location, operation="claim")
@@ -504,6 +511,7 @@ def claim_table(location: str, *, fence: Fence) -> int | None:
                 commit_properties=_properties(fence, {}),
             )
         except CommitFailedError:
+            _back_off(lost)
             continue
         except DeltaError as exc:
             raise DeltaIOError(table=location, operation="claim", reason=str(exc)) from exc
@@ -573,7 +581,7 @@ def commit_files(
                 return 0
             # Created concurrently: commit into it like into any existing table.
     first_read: int | None = None
-    for _ in range(_MAX_COMMIT_ROUNDS):
+    for lost in range(_MAX_COMMIT_ROUNDS):
         table = open_table(location, operation="commit")
         check_supported(table, location)
         if first_read is not None:
@@ -604,6 +612,7 @@ def commit_files(
                 commit_properties=properties,
             )
         except CommitFailedError:
+            _back_off(lost)
             continue
         except DeltaError as exc:
             landed = _landed(location, table.version(), commit_id)
