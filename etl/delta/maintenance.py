@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -41,6 +42,8 @@ MAINTENANCE_META = "delta_barrier.maintenance"
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
 _CRC_FILE = re.compile(r"^(\d{20})\.crc$")
+LOG_GRACE = timedelta(minutes=5)
+"""How long a checkpoint must exist before the log entries it supersedes are deleted."""
 
 
 @dataclass(frozen=True)
@@ -62,15 +65,17 @@ class Referenced:
     latest_version: int = -1
 
 
-def _log_versions(fs: pafs.FileSystem, root: str) -> tuple[list[int], list[int]]:
-    """(commit versions with a JSON entry, checkpoint versions) present in the log."""
-    commits, checkpoints = [], []
+def _log_versions(fs: pafs.FileSystem, root: str) -> tuple[list[int], dict[int, float]]:
+    """(commit versions with a JSON entry, {checkpoint version: its file's mtime})."""
+    commits: list[int] = []
+    checkpoints: dict[int, float] = {}
     for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}", allow_not_found=True)):
         if match := _COMMIT_FILE.match(info.base_name):
             commits.append(int(match.group(1)))
         elif match := _CHECKPOINT_FILE.match(info.base_name):
-            checkpoints.append(int(match.group(1)))
-    return sorted(commits), sorted(set(checkpoints))
+            mtime = info.mtime.timestamp() if info.mtime else 0.0
+            checkpoints[int(match.group(1))] = max(checkpoints.get(int(match.group(1)), 0.0), mtime)
+    return sorted(commits), checkpoints
 
 
 def _actions(fs: pafs.FileSystem, root: str, version: int) -> Iterable[tuple[str, str]]:
@@ -261,13 +266,21 @@ class LogUpkeep:
     """The oldest version still readable."""
 
 
-def log_upkeep(location: str, *, keep_from_version: int, dry_run: bool = False) -> LogUpkeep:
+def log_upkeep(
+    location: str,
+    *,
+    keep_from_version: int,
+    dry_run: bool = False,
+    grace: timedelta = LOG_GRACE,
+) -> LogUpkeep:
     """Checkpoint the latest version, and delete log entries (commits, checkpoints, crc)
     of versions before ``keep_from_version`` (the oldest version any kept cut needs).
 
     Before anything is deleted the log gets a checkpoint at exactly
     ``keep_from_version``, so every version from it on stays readable by any Delta reader;
-    the latest checkpoint is written last, so ``_last_checkpoint`` names it.
+    the latest checkpoint is written last, so ``_last_checkpoint`` names it. Entries are
+    deleted only below a checkpoint that has existed for ``grace``: a reader that listed
+    the log before that checkpoint was written may still be loading an older one.
     """
     location = normalize_location(location)
     fs, root = filesystem(location)
@@ -286,20 +299,27 @@ def log_upkeep(location: str, *, keep_from_version: int, dry_run: bool = False) 
     if latest not in checkpoints or old:
         table.create_checkpoint()
         checkpointed = latest if latest not in checkpoints else None
+    _, checkpoints = _log_versions(fs, root)
+    settled = time.time() - grace.total_seconds()
+    boundary = max(
+        (v for v, mtime in checkpoints.items() if v <= keep_from and mtime <= settled),
+        default=None,
+    )
     removed = 0
     names = []
-    for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}")):
-        match = (
-            _COMMIT_FILE.match(info.base_name)
-            or _CHECKPOINT_FILE.match(info.base_name)
-            or _CRC_FILE.match(info.base_name)
-        )
-        if match and int(match.group(1)) < keep_from:
-            names.append(info.path)
+    if boundary is not None:
+        for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}")):
+            match = (
+                _COMMIT_FILE.match(info.base_name)
+                or _CHECKPOINT_FILE.match(info.base_name)
+                or _CRC_FILE.match(info.base_name)
+            )
+            if match and int(match.group(1)) < boundary:
+                names.append(info.path)
     for path in sorted(names):
         fs.delete_file(path)
         removed += 1
-    first = keep_from if old else (commits[0] if commits else 0)
+    first = boundary if removed and boundary is not None else (commits[0] if commits else 0)
     return LogUpkeep(checkpointed, removed, first)
 
 
@@ -315,6 +335,7 @@ def log_size(location: str) -> tuple[int, int]:
 
 
 __all__ = [
+    "LOG_GRACE",
     "MAINTENANCE_META",
     "CompactionPlan",
     "LogUpkeep",

@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from catalog import Catalog, EpochState, Lease, LeaseHeldError
 from consistency.retention import EpochPoint, Retention, expired_epochs
 from etl.delta.maintenance import (
+    LOG_GRACE,
     compact,
     delete_paths,
     log_upkeep,
@@ -153,6 +154,7 @@ def maintain(
     dry_run: bool = False,
     now: datetime | None = None,
     orphan_age: timedelta = DEFAULT_ORPHAN_AGE,
+    log_grace: timedelta = LOG_GRACE,
     compaction: bool = True,
     small_file_bytes: int = 16 << 20,
     min_files: int = 4,
@@ -206,6 +208,7 @@ def maintain(
                     keep_from=keep_from[info.name],
                     dry_run=dry_run,
                     orphan_age=orphan_age,
+                    log_grace=log_grace,
                     held_leases=held_leases or {},
                 )
             except DeltaIOError as exc:
@@ -305,6 +308,7 @@ def _vacuum_table(
     keep_from: int,
     dry_run: bool,
     orphan_age: timedelta,
+    log_grace: timedelta,
     held_leases: Mapping[str, Lease],
 ) -> None:
     from etl.delta.log import table_version
@@ -344,7 +348,9 @@ def _vacuum_table(
     if not dry_run:
         delete_paths(info.location, [f.path for f in doomed])
         delete_paths(info.location, [d.path for d in stale_staging], directories=True)
-    upkeep = log_upkeep(info.location, keep_from_version=oldest_kept, dry_run=dry_run)
+    upkeep = log_upkeep(
+        info.location, keep_from_version=oldest_kept, dry_run=dry_run, grace=log_grace
+    )
     entry.checkpoint_version = upkeep.checkpoint_version
     entry.log_entries_removed += upkeep.entries_removed
     entry.first_readable_version = upkeep.first_version

@@ -230,3 +230,23 @@ def test_status_and_epochs_show_expired_pinned_and_tagged_epochs(tmp_path):
     assert (pipeline["expired_epochs"], pipeline["pins"], pipeline["tags"]) == (1, 1, ["audit"])
     catalog.release_pin(pin)
     catalog.close()
+
+
+def test_log_entries_go_only_below_a_checkpoint_readers_had_time_to_see(tmp_path):
+    """A reader that listed the log before a new checkpoint was written may still load an
+    older one: log upkeep deletes nothing below a checkpoint younger than its grace."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from etl.delta.maintenance import log_upkeep
+
+    location = str(tmp_path / "t")
+    for i in range(6):
+        write_deltalake(location, pa.table({"id": [i]}), mode="append")
+    first = log_upkeep(location, keep_from_version=3)
+    assert first.entries_removed == 0
+    assert DeltaTable(location, version=1).to_pyarrow_table().num_rows == 2
+    settled = log_upkeep(location, keep_from_version=3, grace=timedelta(0))
+    assert settled.entries_removed >= 3 and settled.first_version == 3
+    assert DeltaTable(location, version=3).to_pyarrow_table().num_rows == 4
+    assert DeltaTable(location).to_pyarrow_table().num_rows == 6
