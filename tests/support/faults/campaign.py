@@ -43,6 +43,7 @@ from consistency import NoCommonEpochError
 from etl import snapshot
 from etl.delta import read_arrow, table_version
 from etl.faults import FAULT_ENV, FAULT_EXIT_CODE, FAULT_POINTS
+from etl.runner import EXIT_BLOCKED, EXIT_OK
 from tests.support.faults import pipelines as P
 from tests.support.faults.process import wait_stopped
 
@@ -61,6 +62,10 @@ SOURCE_ONLY_POINTS = {"after_slice_recorded", "between_micro_batches"}
 
 
 # -- scenarios ---------------------------------------------------------------------------
+
+
+FINISHED = (EXIT_OK, EXIT_BLOCKED)
+"""Exit codes of a child run that ended normally: done, or stopped at the block gate."""
 
 
 @dataclass(frozen=True)
@@ -422,8 +427,8 @@ class Driver:
         if proc.returncode == FAULT_EXIT_CODE:
             self.log.append(f"child crashed at {fault.spec}")
             return True
-        if proc.returncode == 0:
-            self.log.append(f"child never reached {fault.spec}")
+        if proc.returncode in FINISHED:
+            self.log.append(f"child never reached {fault.spec} (exit {proc.returncode})")
             return False
         raise ScenarioError(f"child run with {fault.spec} exited {proc.returncode}: {err[-1500:]}")
 
@@ -505,7 +510,7 @@ class Driver:
             if not stopped:
                 _, err = proc.communicate(timeout=CHILD_TIMEOUT)
                 self.log.append(f"zombie never reached {fault.spec} (exit {proc.returncode})")
-                if proc.returncode != 0:
+                if proc.returncode not in FINISHED:
                     raise ScenarioError(f"child exited {proc.returncode}: {err[-1500:]}")
                 return
             self.log.append(f"child paused at {fault.spec}")
