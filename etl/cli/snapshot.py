@@ -19,7 +19,7 @@ from etl.cli.app import (
     parse_consistency,
 )
 from etl.cli.render import print_json, print_rows
-from etl.cli.sql import AsOfEpoch, AsOfTime, time_travel
+from etl.cli.sql import AsOfEpoch, AsOfTag, AsOfTime, time_travel
 
 
 @app.command("snapshot")
@@ -34,6 +34,7 @@ def snapshot_command(
     consistency: ConsistencyOption = Consistency.REPEATABLE_READ.value,
     as_of_epoch: AsOfEpoch = None,
     as_of_time: AsOfTime = None,
+    as_of_tag: AsOfTag = None,
     format: Annotated[
         TableOrJson, typer.Option("--format", case_sensitive=False)
     ] = TableOrJson.TABLE,
@@ -46,13 +47,20 @@ def snapshot_command(
     Example: etl snapshot words word_counts cnt_counts --format json
     """
     level = parse_consistency(consistency)
-    when = time_travel(level, as_of_epoch, as_of_time)
+    when = time_travel(level, as_of_epoch, as_of_time, as_of_tag)
     from etl.reader import snapshot
 
     what = targets[0] if len(targets) == 1 else targets
     with (
         open_catalog(warehouse, catalog_url) as catalog,
-        snapshot(catalog, what, level.value, as_of_epoch=as_of_epoch, as_of_time=when) as snap,
+        snapshot(
+            catalog,
+            what,
+            level.value,
+            as_of_epoch=as_of_epoch,
+            as_of_time=when,
+            as_of_tag=as_of_tag,
+        ) as snap,
     ):
         cut = snap.describe()
     if format is TableOrJson.JSON:

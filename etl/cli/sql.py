@@ -45,6 +45,12 @@ AsOfTime = Annotated[
         help="Newest repeatable-read cut at or before this time (e.g. 2025-01-31T12:00:00Z).",
     ),
 ]
+AsOfTag = Annotated[
+    str | None,
+    typer.Option(
+        "--as-of-tag", metavar="TAG", help="Repeatable-read at the epoch a tag names (etl tag)."
+    ),
+]
 
 
 def time_travel(
@@ -109,12 +115,7 @@ def sql(
             envvar="ETL_SPARK_MASTER", metavar="URL", help="Spark master (--engine spark)."
         ),
     ] = None,
-    as_of_tag: Annotated[
-        str | None,
-        typer.Option(
-            "--as-of-tag", metavar="TAG", help="Repeatable-read at the epoch a tag names (etl tag)."
-        ),
-    ] = None,
+    as_of_tag: AsOfTag = None,
 ) -> None:
     """Run a query on a consistent snapshot of the tables it names.
 
