@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from etl.report import TableStatusRow
 
 out = Console(soft_wrap=True)
-if not out.is_terminal:
-    # Piped or captured: tables take their natural width instead of truncating cells to 80.
+if not out.is_terminal and "COLUMNS" not in os.environ:
+    # Piped or captured with no width given: tables take their natural width instead of
+    # truncating cells to 80. A terminal, or COLUMNS, sets the width tables fit.
     out = Console(soft_wrap=True, width=1000)
 err = Console(stderr=True, soft_wrap=True)
 
@@ -158,6 +159,34 @@ def rows_table(
     for row in rows:
         table.add_row(*(escape(text(v)) for v in row))
     return table
+
+
+def fitted_columns(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    width: int,
+    drop_first: Sequence[str],
+) -> tuple[list[str], list[list[object]]]:
+    """``columns`` and ``rows`` without the columns of ``drop_first`` (in that order) that
+    a Rich table of natural width ``width`` has no room for: whole columns go, so that the
+    cells that stay are not cut."""
+    kept = list(columns)
+
+    def natural() -> int:
+        widths = [
+            max([len(name), *(len(text(row[columns.index(name)])) for row in rows)])
+            for name in kept
+        ]
+        return sum(widths) + 3 * len(kept) + 1  # "│ " + cell + " " per column, and "│"
+
+    for name in drop_first:
+        if natural() <= width:
+            break
+        if name in kept and len(kept) > 1:
+            kept.remove(name)
+    indexes = [columns.index(name) for name in kept]
+    return kept, [[row[i] for i in indexes] for row in rows]
 
 
 def print_rows(columns: Sequence[str], rows: Sequence[Sequence[object]], fmt: str) -> None:

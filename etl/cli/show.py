@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from etl.cli.app import CatalogUrl, Warehouse, app, guard, open_catalog
-from etl.cli.render import out, rows_table
+from etl.cli.render import fitted_columns, out, rows_table
 from etl.errors import UsageError
 
 
@@ -49,13 +49,15 @@ def status(
             typer.echo(to_json(report))
             return
         if not watch:
-            out.print(_status_view(status_report(catalog)))
+            out.print(_status_view(status_report(catalog)), soft_wrap=False)
             return
+        from rich.console import Console
         from rich.live import Live
 
         try:
+            # Not `out`, which soft-wraps: a frame's lines must wrap at the terminal's width.
             with Live(
-                _status_view(status_report(catalog)), console=out, auto_refresh=False
+                _status_view(status_report(catalog)), console=Console(), auto_refresh=False
             ) as live:
                 while True:
                     time.sleep(interval)
@@ -78,7 +80,8 @@ def _short(seconds: float | None) -> str | None:
 
 def _status_view(report):
     """The report as Rich renderables that fit the terminal: one line per pipeline, a
-    table of the tables, then what needs an operator (blocks, failures, stale jobs)."""
+    table of the tables, then what needs an operator (blocks, failures, stale jobs).
+    Lines wrap (never cut) and the table drops its less important columns when narrow."""
     from rich.console import Group
     from rich.text import Text
 
@@ -142,7 +145,7 @@ def _status_view(report):
                 Text(
                     f"failed: job {r.writer_job} epoch {failure['epoch']} attempt "
                     f"{failure['attempt']} at {failure['failed_at']:%Y-%m-%d %H:%M:%S}: "
-                    f"{failure['message']}"
+                    f"{failure['message']}",
                 )
             )
         if r.running and r.lease_owner:
@@ -150,14 +153,14 @@ def _status_view(report):
             notes.append(
                 Text(
                     f"running: job {r.writer_job} by {r.lease_owner} ({r.owner_alive}), "
-                    f"lease until {until}"
+                    f"lease until {until}",
                 )
             )
         if r.stale_job and r.kind in ("root", "derived"):
             notes.append(
                 Text(
                     f"stale: job {r.writer_job} was not part of its pipeline's latest run; "
-                    f"if the pipeline file no longer declares it: {r.stale_job}"
+                    f"if the pipeline file no longer declares it: {r.stale_job}",
                 )
             )
     seen = set()
@@ -166,6 +169,12 @@ def _status_view(report):
         if note.plain not in seen:
             seen.add(note.plain)
             unique_notes.append(note)
+    columns, cells = fitted_columns(
+        columns,
+        cells,
+        width=out.width,
+        drop_first=("commit", "processed", "running", "fresh", "writer", "age", "pipeline"),
+    )
     table = rows_table(columns, cells, title="tables (lineage order)")
     return Group(*lines, table, *unique_notes)
 
