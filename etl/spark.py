@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import IO
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
@@ -46,20 +50,53 @@ def build_spark(
     if master.startswith("local"):
         # Everything runs in this process: bind to loopback, not the host's first address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.appName(app_name).master(master)
     driver_options = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={_LOG_CONFIG.as_uri()}"
-    for key, value in {
+    settings = {
+        "spark.master": master,
+        "spark.app.name": app_name,
         **_BASE_CONF,
         "spark.driver.extraJavaOptions": driver_options,
         **(conf or {}),
-    }.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    }
+    # PySpark keeps its driver JVM for the life of the process: it is started only once.
+    if SparkContext._gateway is None and SparkContext._active_spark_context is None:
+        _start_driver_jvm(SparkConf().setAll(settings.items()))
+    spark = SparkSession.builder.config(map=settings).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     url = spark.sparkContext.uiWebUrl
     if url and (ui or "").lower() == "true":
         print(f"Spark UI: {url}", file=sys.stderr)
     return spark
+
+
+JVM_BOOT_NOTICES = frozenset({b"WARNING: Using incubator modules: jdk.incubator.vector"})
+"""Lines the JVM prints on stderr at every start that say nothing about this run: Spark 4's
+launcher always adds ``--add-modules=jdk.incubator.vector``, and no JVM option silences
+the notice that follows."""
+
+
+def _start_driver_jvm(conf: SparkConf) -> None:
+    """Start the driver JVM (and its SparkContext) with its stderr relayed to ours line by
+    line, minus :data:`JVM_BOOT_NOTICES`; everything else (errors above all) passes."""
+    from pyspark.java_gateway import launch_gateway
+
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    if gateway.proc is not None:
+        threading.Thread(
+            target=_relay_stderr, args=(gateway.proc.stderr,), name="jvm-stderr", daemon=True
+        ).start()
+    SparkContext(conf=conf, gateway=gateway)
+
+
+def _relay_stderr(stream: IO[bytes]) -> None:
+    relaying = True
+    for line in stream:
+        if relaying and line.rstrip(b"\r\n") not in JVM_BOOT_NOTICES:
+            try:
+                os.write(2, line)  # where the JVM would have written it
+            except OSError:
+                # Our stderr is gone (a closed pipe): keep draining so the JVM never blocks.
+                relaying = False
 
 
 MASTER_CONNECT_TIMEOUT = 5.0
@@ -100,6 +137,7 @@ def check_master(master: str) -> None:
 
 
 __all__ = [
+    "JVM_BOOT_NOTICES",
     "MASTER_CONNECT_TIMEOUT",
     "check_master",
     "DEFAULT_MASTER",
