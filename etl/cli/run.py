@@ -24,6 +24,7 @@ from etl.cli.app import (
     open_catalog,
     parse_params,
 )
+from etl.cli.progress import BatchProgress
 from etl.cli.render import err
 from etl.errors import PipelineBusyError, UsageError
 
@@ -104,6 +105,7 @@ def run(
     _retry_while_busy(lambda: _check_not_held(catalog, pipeline), deadline, wait)
     spark = _spark_log(build_spark(master=master, app_name=f"etl-{pipeline.name}"), verbose)
     stopping = threading.Event()
+    progress = BatchProgress([job.name for job in pipeline.ordered_jobs()])
     runner = Runner(
         pipeline,
         catalog=catalog,
@@ -111,7 +113,7 @@ def run(
         spark=spark,
         lease_ttl_seconds=lease_ttl,
         backlog_threshold=backlog_threshold,
-        on_batch=_progress_printer(stopping),
+        on_batch=progress,
     )
     # After Spark starts: its SparkContext installs a SIGINT handler of its own (cancel
     # all jobs). Until here, Ctrl-C or SIGTERM exits having written nothing.
@@ -129,12 +131,13 @@ def run(
             f"it; its tables hold the pipeline's COMMIT back. Retire it: etl retire job {job}"
         )
     try:
-        if once:
-            result = runner.run_once()
-        else:
-            result = runner.run_continuous(
-                epoch_interval=epoch_interval or 10.0, stop=stopping, max_epochs=max_epochs
-            )
+        with progress:
+            if once:
+                result = runner.run_once()
+            else:
+                result = runner.run_continuous(
+                    epoch_interval=epoch_interval or 10.0, stop=stopping, max_epochs=max_epochs
+                )
     finally:
         runner.release()
     _report(result, runner, fmt=format)
@@ -148,14 +151,15 @@ def run(
 
 
 def _quiet(verbose: bool) -> None:
-    """Spark's log and JVM stack traces reach stderr only with -v."""
+    """PySpark's Python-side log reaches stderr only with -v (``etl``'s own log lines follow
+    -v / --log-level before the command)."""
     import logging
 
     if verbose:
-        logging.basicConfig(level=logging.INFO)
+        root = logging.getLogger()
+        root.setLevel(min(root.level, logging.INFO))
         return
-    logging.basicConfig(level=logging.CRITICAL)
-    for name in ("py4j", "pyspark", "etl"):
+    for name in ("py4j", "pyspark"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
@@ -376,21 +380,6 @@ def _retry_while_busy(attempt, deadline: float, wait: float = 0.0) -> None:
                     f"{deadline - now:.0f} s left of --wait"
                 )
             time.sleep(1.0)
-
-
-def _progress_printer(stopping: threading.Event | None = None):
-    def show(batch) -> None:
-        if not (err.is_terminal or (stopping is not None and stopping.is_set())):
-            return
-        span = (
-            f"{batch.first_epoch}..{batch.epoch}"
-            if batch.first_epoch != batch.epoch
-            else batch.epoch
-        )
-        state = "sealed" if batch.sealed else f"blocked ({batch.blocked_reason})"
-        err.print(f"  {batch.job}: epoch {span} {state}, {batch.rows} rows")
-
-    return show
 
 
 @app.command()

@@ -256,15 +256,36 @@ def test_continuous_stops_after_max_epochs(known):
     assert {t: current[t] for t in ("word_counts", "cnt_counts")} == counts(everything)
 
 
+PROGRESS_LINE = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ INFO etl\.progress: "
+    r"job (\w+) epoch (\d+) sealed: (\d+) rows$"
+)
+
+
 @pytest.mark.slow
-def test_progress_is_shown_only_on_a_terminal(known):
-    _, _, on_terminal = known.outcomes["first"]
-    assert "ingest_words: epoch 1 sealed, 5 rows" in on_terminal
-    assert "etl1: epoch 1 sealed, 3 rows" in on_terminal
+def test_progress_is_a_rich_display_on_a_terminal_and_log_lines_in_a_pipe(known):
+    code, _, on_terminal = known.outcomes["first"]
+    assert code == 0, on_terminal[-3000:]
+    assert "job ingest_words epoch 1 sealed: 5 rows" in on_terminal
+    assert "job etl1 epoch 1 sealed: 3 rows" in on_terminal
+    # the live display: a row per job with its epoch, batches and rows so far
+    assert re.search(r"job etl2 +epoch 1, 1 batch\(es\), 2 rows", on_terminal), on_terminal
     assert "1 epoch(s) opened, 3 batch(es) sealed" in on_terminal
+    assert "INFO etl.progress" not in on_terminal and "WARNING: Using" not in on_terminal
+
     _, _, piped = known.outcomes["continuous"]
-    assert "3 epoch(s) opened" in piped
-    assert not re.search(r"^  \w+: epoch \d", piped, re.MULTILINE)
+    lines = piped.strip().splitlines()
+    # Nothing but our own lines: one log line per sealed batch, then the summary (no JVM
+    # notices, no Spark log).
+    assert lines[-1] == "3 epoch(s) opened, 9 batch(es) sealed, 0 blocked, 0 failed", piped
+    batches = [PROGRESS_LINE.match(line) for line in lines[:-1]]
+    assert all(batches), piped
+    per_job = {
+        job: sorted(int(m[2]) for m in batches if m[1] == job)
+        for job in ("ingest_words", "etl1", "etl2")
+    }
+    assert per_job == {job: [3, 4, 5] for job in per_job}, piped
+    assert [m[3] for m in batches if m[1] == "ingest_words" and m[2] == "3"] == ["2"]
     assert "\x1b[" not in piped  # no colour codes in a pipe either
 
 
