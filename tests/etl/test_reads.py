@@ -367,21 +367,69 @@ def test_an_unreachable_spark_master_is_exit_2_in_one_line(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-@pytest.mark.parametrize("password", ["p@ss:w/rd", "s3cr@t", "a%40b#c"])
-def test_a_password_with_special_characters_is_never_printed(tmp_path, password):
-    url = f"postgresql://etl:{password}@127.0.0.1:9/etl"
-    for args in (
+SPECIAL_PASSWORDS = ["pq7@ss9@wx1", "abq:dzf/gqi#jkv?mnz%pqy", "tqx@zsv:jqw/kxz"]
+
+
+def _password_commands(url: str) -> list[tuple[str, ...]]:
+    pipeline = str(Path(__file__).parents[2] / "examples" / "wordcount" / "pipeline.py")
+    return [
         ("status", "--catalog", url),
+        ("--log-level", "debug", "status", "--catalog", url),
+        ("snapshot", "words", "--catalog", url, "--format", "json"),
+        ("sql", "SELECT * FROM words", "--catalog", url),
+        ("run", pipeline, "--once", "--param", "input_dir=x", "--catalog", url),
         ("config", "--catalog", url),
         ("config", "--format", "json"),
-    ):
+    ]
+
+
+def _assert_never_printed(password: str, text: str) -> None:
+    from urllib.parse import unquote
+
+    whole = {password, unquote(password)}
+    for secret in whole | {p for w in whole for p in re.split(r"[@:/%#?]", w) if len(p) >= 3}:
+        assert secret not in text, (secret, text)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("password", "encode"),
+    [
+        (SPECIAL_PASSWORDS[0], False),
+        (SPECIAL_PASSWORDS[0], True),
+        (SPECIAL_PASSWORDS[1], False),
+        (SPECIAL_PASSWORDS[2], True),
+    ],
+)
+def test_a_password_with_special_characters_is_never_printed(tmp_path, password, encode):
+    from urllib.parse import quote
+
+    # A server that is up but refuses the login (no such role), in every path that prints
+    # a catalog URL or a connection error: flags, the environment, config, -v log lines.
+    written = quote(password, safe="") if encode else password
+    url = f"postgresql://no_such_role_13:{written}@127.0.0.1:5432/test"
+    for args in _password_commands(url):
         result = etl(*args, cwd=tmp_path, ETL_CATALOG_URL=url, **NO_JAVA)
         text = result.stdout + result.stderr
-        from urllib.parse import unquote
+        _assert_never_printed(password, text)
+        if args[0] != "config":
+            assert result.returncode == 2, (args, text)
+            refused = "@" in written  # before connecting: the URL says to encode it
+            assert "%40" in text if refused else "127.0.0.1:5432" in text, (args, text)
+            assert len(result.stderr.strip().splitlines()) == 1, (args, text)
+        else:
+            assert result.returncode == 0 and "no_such_role_13:***@127.0.0.1" in text, text
+    assert list(tmp_path.iterdir()) == []
 
-        for secret in {password, unquote(password), *re.split(r"[@:/%#]", password)}:
-            if len(secret) >= 3:
-                assert secret not in text, (args, text)
+
+def test_a_password_is_never_printed_when_the_server_is_down(tmp_path):
+    password = SPECIAL_PASSWORDS[1]
+    url = f"postgresql://etl:{password}@127.0.0.1:9/etl"
+    for args in _password_commands(url):
+        result = etl(*args, cwd=tmp_path, ETL_CATALOG_URL=url, **NO_JAVA)
+        _assert_never_printed(password, result.stdout + result.stderr)
+        if args[0] != "config":
+            assert result.returncode == 2 and "127.0.0.1:9" in result.stderr, result.stderr
 
 
 def test_config_precedence_flags_env_file_defaults(tmp_path):
