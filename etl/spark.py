@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
@@ -69,34 +68,39 @@ def build_spark(
     return spark
 
 
-JVM_BOOT_NOTICES = frozenset({b"WARNING: Using incubator modules: jdk.incubator.vector"})
+JVM_BOOT_NOTICES = ("WARNING: Using incubator modules: jdk.incubator.vector",)
 """Lines the JVM prints on stderr at every start that say nothing about this run: Spark 4's
 launcher always adds ``--add-modules=jdk.incubator.vector``, and no JVM option silences
 the notice that follows."""
 
 
 def _start_driver_jvm(conf: SparkConf) -> None:
-    """Start the driver JVM (and its SparkContext) with its stderr relayed to ours line by
-    line, minus :data:`JVM_BOOT_NOTICES`; everything else (errors above all) passes."""
+    """Start the driver JVM (and its SparkContext) with its stderr passed through ``grep``
+    minus :data:`JVM_BOOT_NOTICES`; every other line (errors above all) reaches our stderr.
+    A separate process, not a thread: it relays what the JVM writes after we exit too."""
     from pyspark.java_gateway import launch_gateway
 
-    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
-    if gateway.proc is not None:
-        threading.Thread(
-            target=_relay_stderr, args=(gateway.proc.stderr,), name="jvm-stderr", daemon=True
-        ).start()
+    patterns = [f"--regexp={notice}" for notice in JVM_BOOT_NOTICES]
+    try:
+        relay = subprocess.Popen(
+            ["grep", "--line-buffered", "--invert-match", "--line-regexp", "--fixed-strings"]
+            + patterns,
+            stdin=subprocess.PIPE,
+            stdout=sys.stderr.fileno(),
+            # Ctrl-C is for us (and we finish the epochs in flight); the relay outlives it.
+            preexec_fn=_ignore_sigint,
+        )
+    except (OSError, ValueError):  # no grep, or no real stderr: the JVM writes to ours
+        gateway = launch_gateway(conf)
+    else:
+        assert relay.stdin is not None
+        with relay.stdin:
+            gateway = launch_gateway(conf, popen_kwargs={"stderr": relay.stdin})
     SparkContext(conf=conf, gateway=gateway)
 
 
-def _relay_stderr(stream: IO[bytes]) -> None:
-    relaying = True
-    for line in stream:
-        if relaying and line.rstrip(b"\r\n") not in JVM_BOOT_NOTICES:
-            try:
-                os.write(2, line)  # where the JVM would have written it
-            except OSError:
-                # Our stderr is gone (a closed pipe): keep draining so the JVM never blocks.
-                relaying = False
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 MASTER_CONNECT_TIMEOUT = 5.0

@@ -264,7 +264,38 @@ def test_etl_sql_on_duckdb_starts_no_spark_and_matches_spark(wordcount):
     sparked = etl(*common, "--engine", "spark", cwd=wordcount.root)
     assert sparked.returncode == 0, sparked.stderr
     assert sorted(json.loads(duck.stdout), key=repr) == sorted(json.loads(sparked.stdout), key=repr)
-    assert "WARN" not in sparked.stderr.replace("WARNING: Using incubator modules", "")
+    # Nothing on stderr but the snapshot's lines: no JVM notice, no Spark log, no UI.
+    assert [line.split("=")[0] for line in sparked.stderr.splitlines()] == [
+        "level",
+        "barrier_ts",
+    ], sparked.stderr
+    with_ui = etl("--spark-ui", *common, "--engine", "spark", cwd=wordcount.root)
+    assert with_ui.returncode == 0, with_ui.stderr
+    assert re.search(r"^Spark UI: http://\S+:\d+$", with_ui.stderr, re.MULTILINE), with_ui.stderr
+
+
+@pytest.mark.spark
+def test_the_driver_jvm_keeps_its_stderr_but_not_its_boot_notice(tmp_path):
+    script = (
+        "import os\n"
+        "os.environ['ETL_SPARK_UI'] = 'false'\n"
+        "from etl.spark import build_spark\n"
+        "spark = build_spark(master='local[1]')\n"
+        "spark.sparkContext._jvm.System.err.println('error: said by the JVM')\n"
+        "print(spark.sparkContext.uiWebUrl)\n"
+    )
+    done = subprocess.run(
+        [os.sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "None"  # the UI is off when the etl command says so
+    # The line the JVM wrote just before the process ended still arrives; the notice not.
+    assert done.stderr.splitlines() == ["error: said by the JVM"], done.stderr
 
 
 @pytest.mark.spark
