@@ -26,7 +26,6 @@ from typing import Any, Literal, get_args
 from urllib.parse import quote
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.pool import QueuePool, StaticPool
 
 from catalog.base import SCHEMA_VERSION, Catalog
@@ -1860,7 +1859,7 @@ class SqlCatalog(Catalog):
     def _build_latest_statements(self) -> dict[LatestQuery, sa.Select[Any]]:
         requested: sa.TableValuedAlias
         if self.backend == "postgresql":
-            names = sa.bindparam("names", type_=postgresql.ARRAY(sa.Text))
+            names = sa.bindparam("names", type_=sa.ARRAY(sa.Text))
             requested = sa.func.unnest(names).table_valued("name").render_derived("requested")
             name = requested.c.name
         else:
