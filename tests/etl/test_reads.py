@@ -547,3 +547,59 @@ def test_catalog_upgrade_creates_nothing_and_speaks_json(tmp_path):
         "schema_version_before": SCHEMA_VERSION,
         "schema_version": SCHEMA_VERSION,
     }
+
+
+def _leaf_commands():
+    import typer
+
+    from etl.cli import app
+
+    def walk(command, path):
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            for name, sub in subcommands.items():
+                yield from walk(sub, (*path, name))
+        else:
+            yield " ".join(path), command
+
+    return list(walk(typer.main.get_command(app), ()))
+
+
+def test_every_command_has_format_json_with_table_as_the_default():
+    commands = _leaf_commands()
+    assert {"run", "recover", "catalog upgrade", "resolve", "tag create"} <= dict(commands).keys()
+    for name, command in commands:
+        (option,) = [p for p in command.params if p.name == "format"] or [None]
+        assert option is not None, f"etl {name} has no --format"
+        choices = {getattr(c, "value", c) for c in option.type_descriptor.choices}
+        assert "json" in choices and str(option.default) == "table", (name, choices)
+
+
+def test_actions_speak_json(tmp_path):
+    from catalog import JobSpec, SealRequest, TableSpec
+
+    warehouse = tmp_path / "warehouse"
+    catalog = load_catalog(warehouse=warehouse)
+    catalog.register_table(TableSpec("raw", str(warehouse / "raw"), kind="root"))
+    catalog.register_job(JobSpec("ingest", "raw", source="words"))
+    lease = catalog.acquire_lease("ingest", "me", ttl_seconds=60)
+    epoch = catalog.open_epoch().id
+    catalog.seal("ingest", lease.generation, [SealRequest("raw", epoch, 3)])
+    catalog.release_lease(lease)
+    catalog.close()
+
+    def cli(*args: str) -> object:
+        result = etl(*args, "--warehouse", warehouse, "--format", "json", cwd=tmp_path, **NO_JAVA)
+        assert result.returncode == 0, (args, result.stderr)
+        return json.loads(result.stdout)
+
+    created = cli("tag", "create", "first")
+    assert {k: created[k] for k in ("name", "epoch", "versions")} == {
+        "name": "first",
+        "epoch": epoch,
+        "versions": {"raw": 3},
+    }
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00", created["created_at"])
+    assert [t["name"] for t in cli("tag", "list")] == ["first"]
+    assert cli("tag", "delete", "first") == {"deleted": "first"}
+    assert cli("retire", "job", "ingest") == {"job": "ingest", "retired_tables": ["raw"]}
