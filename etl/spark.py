@@ -59,8 +59,11 @@ def build_spark(
     }
     # PySpark keeps its driver JVM for the life of the process: it is started only once.
     if SparkContext._gateway is None and SparkContext._active_spark_context is None:
-        _start_driver_jvm(SparkConf().setAll(settings.items()))
-    spark = SparkSession.builder.config(map=settings).getOrCreate()
+        _start_driver_jvm(SparkConf().setAll(list(settings.items())))
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     url = spark.sparkContext.uiWebUrl
     if url and (ui or "").lower() == "true":
