@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -238,7 +239,12 @@ def _handle_signals(runner, stopping: threading.Event) -> None:
 
 def _report(result, runner, *, fmt: str) -> None:
     if fmt == "json":
-        typer.echo(json.dumps(_result_json(result, runner), indent=2))
+        typer.echo(
+            json.dumps(
+                _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared),
+                indent=2,
+            )
+        )
     for step in result.recovered:
         err.print(f"recovered {step.table}: {step.action} epoch(s) {list(step.epochs)}")
     sealed = [b for b in result.batches if b.sealed]
@@ -264,9 +270,9 @@ def _report(result, runner, *, fmt: str) -> None:
         err.print("[bold red]failed:[/] " + escape(failure.error))
 
 
-def _result_json(result, runner) -> dict:
+def _result_json(result, pipeline, pipeline_name: str, undeclared: Sequence[str]) -> dict:
     return {
-        "pipeline": runner.catalog_pipeline,
+        "pipeline": pipeline_name,
         "exit_code": result.exit_code,
         "epochs_opened": [
             {
@@ -299,7 +305,7 @@ def _result_json(result, runner) -> dict:
         "blocked": [
             {
                 "job": b.job,
-                "table": runner.pipeline.jobs[b.job].output,
+                "table": pipeline.jobs[b.job].output,
                 "epoch": b.epoch,
                 "reason": b.blocked_reason,
             }
@@ -320,7 +326,7 @@ def _result_json(result, runner) -> dict:
             }
             for f in result.failures
         ],
-        "undeclared_jobs": list(runner.undeclared),
+        "undeclared_jobs": list(undeclared),
     }
 
 
@@ -407,14 +413,23 @@ def recover(
 
     Example: etl recover examples/wordcount/pipeline.py --param input_dir=./incoming
     """
-    from etl.engine import StepAction
-    from etl.runner import Runner
+    from etl.engine import StepAction, needs_recovery
+    from etl.runner import Runner, RunResult, catalog_pipeline_name, undeclared_jobs
     from etl.spark import build_spark
 
     _quiet(verbose)
     pipeline = _load(pipeline_file, param)
     catalog = open_catalog(warehouse, catalog_url)
     _check_not_held(catalog, pipeline)  # before Spark starts
+    if not any(needs_recovery(catalog, pipeline, job) for job in pipeline.ordered_jobs()):
+        # Nothing to seal or roll back: no Spark is started to say so.
+        if format == "json":
+            name = catalog_pipeline_name(pipeline, catalog, str(warehouse.resolve()))
+            undeclared = undeclared_jobs(pipeline, catalog, name)
+            typer.echo(json.dumps(_result_json(RunResult(), pipeline, name, undeclared), indent=2))
+        else:
+            typer.echo("nothing to recover: catalog and tables agree")
+        raise typer.Exit(0)
     runner = Runner(
         pipeline,
         catalog=catalog,
@@ -424,7 +439,12 @@ def recover(
     with runner:
         result = runner.recover()
     if format == "json":
-        typer.echo(json.dumps(_result_json(result, runner), indent=2))
+        typer.echo(
+            json.dumps(
+                _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared),
+                indent=2,
+            )
+        )
         raise typer.Exit(result.exit_code)
     if not result.recovered:
         typer.echo("nothing to recover: catalog and tables agree")

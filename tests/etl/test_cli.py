@@ -464,6 +464,24 @@ def test_recover_after_a_crash_then_run_again(tmp_path):
 
     drop(incoming, {"a.txt": ["apple", "pear", "apple"]})
     assert cli(*run).returncode == 0
+    # Nothing to recover is said without a JVM (this environment has no Java).
+    for fmt in ("table", "json"):
+        nothing = cli(
+            "recover",
+            pipeline_file,
+            "--param",
+            f"input_dir={incoming}",
+            "--format",
+            fmt,
+            JAVA_HOME="/nonexistent-java",
+            PATH="/usr/bin:/bin",
+        )
+        assert nothing.returncode == 0, nothing.stderr[-3000:]
+        if fmt == "json":
+            result = json.loads(nothing.stdout)
+            assert (result["exit_code"], result["recovered"]) == (0, [])
+        else:
+            assert nothing.stdout == "nothing to recover: catalog and tables agree\n"
     drop(incoming, {"b.txt": ["pear", "kiwi"], "c.txt": ["apple", "fig", "fig"]})
     # Epoch 2 dies after its first micro-batch (b.txt) is committed to `words`.
     crashed = cli(*run, "--lease-ttl", "1", **{FAULT_ENV: "between_micro_batches@ingest_words:2"})
