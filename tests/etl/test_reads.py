@@ -214,6 +214,31 @@ def test_snapshot_is_a_context_manager_with_duckdb_polars_arrow(wordcount):
 
 
 @pytest.mark.spark
+def test_snapshots_open_together_each_read_their_own_cut(wordcount):
+    # Every duckdb() connection shares one DuckDB database: views and attachments of one
+    # snapshot never show through another, and closing a snapshot releases its own.
+    catalog = wordcount.catalog
+    query = "SELECT word, cnt FROM word_counts"
+    with snapshot(catalog, ["word_counts"], as_of_epoch=1) as old:
+        with snapshot(catalog, ["word_counts"]) as new:
+            past, present = old.duckdb(), new.duckdb()
+            assert dict(past.execute(query).fetchall()) == {"apple": 2, "pear": 1}
+            assert dict(present.execute(query).fetchall()) == {
+                "apple": 2,
+                "pear": 2,
+                "fig": 1,
+                "kiwi": 1,
+            }
+            assert old.query(query).num_rows == 2
+        assert dict(past.execute(query).fetchall()) == {"apple": 2, "pear": 1}
+        with pytest.raises(Exception):  # noqa: B017 - closed with its snapshot
+            present.execute(query)
+        names = past.execute("SELECT database_name FROM duckdb_databases()").fetchall()
+        databases = {d for (d,) in names}
+        assert len([d for d in databases if d.startswith("__delta_")]) == 1, databases
+
+
+@pytest.mark.spark
 def test_an_outside_duckdb_reads_the_cut_from_etl_snapshot(wordcount):
     """What the README shows: DuckDB, knowing nothing of Delta Barrier, reads the cut."""
     import duckdb
