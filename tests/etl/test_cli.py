@@ -688,6 +688,21 @@ NO_PIPELINE = "from etl import Pipeline\n\nthe_pipeline = Pipeline('x')\n"
             ["exactly one of --once or --continuous"],
         ),
         (("status", "--warehouse", "typo"), {}, ["no catalog in warehouse 'typo'", "--warehouse"]),
+        (
+            ("run", str(WORDCOUNT), "--once", "--epoch-interval", "5"),
+            {},
+            ["--epoch-interval goes with --continuous, not --once"],
+        ),
+        (
+            ("run", str(WORDCOUNT), "--once", "--max-epochs", "2"),
+            {},
+            ["--max-epochs goes with --continuous, not --once"],
+        ),
+        (
+            ("run", str(WORDCOUNT), "--once", "--param", "input_dir=x", "--param", "inptu=y"),
+            {},
+            ["--param inptu", "does not declare", "it declares: input_dir"],
+        ),
     ],
     ids=[
         "unknown-level",
@@ -699,18 +714,23 @@ NO_PIPELINE = "from etl import Pipeline\n\nthe_pipeline = Pipeline('x')\n"
         "neither-mode",
         "both-modes",
         "no-warehouse",
+        "interval-with-once",
+        "max-epochs-with-once",
+        "undeclared-param",
     ],
 )
 def test_bad_input_exits_2_saying_what_to_fix(tmp_path, args, files, expected):
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    result = etl(*args, cwd=tmp_path, timeout=120)
+    # Found before any work: no JVM is needed to say so (this environment has no Java).
+    result = etl(*args, cwd=tmp_path, timeout=120, JAVA_HOME="/nonexistent", PATH="/usr/bin:/bin")
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stderr.startswith("error: ")
     for part in expected:
         assert part in result.stderr
     assert "secretpw" not in result.stderr + result.stdout
     assert not (tmp_path / "typo").exists()  # a read-only command creates no catalog
+    assert not (tmp_path / "warehouse").exists()  # nor does a refused run
 
 
 @pytest.mark.slow
