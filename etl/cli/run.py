@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -26,7 +25,7 @@ from etl.cli.app import (
     parse_params,
 )
 from etl.cli.progress import BatchProgress
-from etl.cli.render import err
+from etl.cli.render import err, print_json
 from etl.errors import PipelineBusyError, UsageError
 
 DEFAULT_LEASE_TTL = 15.0
@@ -239,11 +238,8 @@ def _handle_signals(runner, stopping: threading.Event) -> None:
 
 def _report(result, runner, *, fmt: str) -> None:
     if fmt == "json":
-        typer.echo(
-            json.dumps(
-                _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared),
-                indent=2,
-            )
+        print_json(
+            _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
         )
     for step in result.recovered:
         err.print(f"recovered {step.table}: {step.action} epoch(s) {list(step.epochs)}")
@@ -277,7 +273,7 @@ def _result_json(result, pipeline, pipeline_name: str, undeclared: Sequence[str]
         "epochs_opened": [
             {
                 "epoch": e.id,
-                "barrier_ts": e.barrier_ts.isoformat(),
+                "barrier_ts": e.barrier_ts,
                 "pipeline": e.pipeline,
             }
             for e in result.epochs_opened
@@ -426,7 +422,7 @@ def recover(
         if format == "json":
             name = catalog_pipeline_name(pipeline, catalog, str(warehouse.resolve()))
             undeclared = undeclared_jobs(pipeline, catalog, name)
-            typer.echo(json.dumps(_result_json(RunResult(), pipeline, name, undeclared), indent=2))
+            print_json(_result_json(RunResult(), pipeline, name, undeclared))
         else:
             typer.echo("nothing to recover: catalog and tables agree")
         raise typer.Exit(0)
@@ -439,11 +435,8 @@ def recover(
     with runner:
         result = runner.recover()
     if format == "json":
-        typer.echo(
-            json.dumps(
-                _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared),
-                indent=2,
-            )
+        print_json(
+            _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
         )
         raise typer.Exit(result.exit_code)
     if not result.recovered:
