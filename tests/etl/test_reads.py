@@ -628,3 +628,25 @@ def test_actions_speak_json(tmp_path):
     assert [t["name"] for t in cli("tag", "list")] == ["first"]
     assert cli("tag", "delete", "first") == {"deleted": "first"}
     assert cli("retire", "job", "ingest") == {"job": "ingest", "retired_tables": ["raw"]}
+
+
+def test_log_lines_never_carry_the_catalog_password(tmp_path):
+    password = SPECIAL_PASSWORDS[2]
+    url = f"postgresql://etl:{password}@db-host:5432/etl"
+    script = (
+        "import logging, sys\n"
+        "from etl.cli.app import configure_logging\n"
+        "configure_logging('DEBUG')\n"
+        "logging.getLogger('etl.x').error('cannot reach %s: %s', sys.argv[1], sys.argv[2])\n"
+    )
+    done = subprocess.run(
+        [os.sys.executable, "-c", script, url, password],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "ETL_CATALOG_URL": url},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ERROR etl.x: cannot reach postgresql://etl:***@db-host:5432/etl: ***" in done.stderr
+    _assert_never_printed(password, done.stderr)
