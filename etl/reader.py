@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 import re
 import threading
 import weakref
@@ -20,10 +21,12 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.scope import build_scope
 
-from catalog import Catalog, UnknownTableError, as_utc
+from catalog import Catalog, CatalogReadOnlyError, UnknownTableError, as_utc
 from consistency import Level, Snapshot, parse_level, resolve_snapshot
 from etl.delta import read_arrow, read_table, table_version
 from etl.errors import SqlTablesError, UsageError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import duckdb
@@ -597,18 +600,25 @@ def snapshot(
 
 
 def _pin(catalog: Catalog, resolved: Snapshot, tables: Sequence[str]) -> PinHolder | None:
+    """The retention pin of the snapshot; None when nothing is to be pinned, or when the
+    catalog is read-only (a read-only warehouse is still readable: a file that maintenance
+    elsewhere removed meanwhile fails the read, it never changes the answer)."""
     from etl.retention.pins import PinHolder
 
     if not any(v is not None for v in resolved.versions.values()):
         return None
     pipelines = {catalog.get_table(t).pipeline for t in tables}
-    return PinHolder(
-        catalog,
-        versions=resolved.versions,
-        epoch=resolved.epoch,
-        epochs=resolved.epochs,
-        pipeline=pipelines.pop() if len(pipelines) == 1 else None,
-    )
+    try:
+        return PinHolder(
+            catalog,
+            versions=resolved.versions,
+            epoch=resolved.epoch,
+            epochs=resolved.epochs,
+            pipeline=pipelines.pop() if len(pipelines) == 1 else None,
+        )
+    except CatalogReadOnlyError:
+        log.info("the catalog is read-only: this snapshot holds no retention pin")
+        return None
 
 
 def _looks_like_sql(text: str) -> bool:
