@@ -33,7 +33,13 @@ WARM = 50
 
 
 def _etl(*args: str, cwd: Path) -> float:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
+    # As installed: Python keeps the modules' bytecode (a shell that forbids writing it
+    # would have every command compile the project's modules again).
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        "PYTHONPATH": str(REPO),
+        "PYSPARK_PYTHON": sys.executable,
+    }
     started = time.perf_counter()
     result = subprocess.run(
         [str(Path(sys.executable).with_name("etl")), *args],

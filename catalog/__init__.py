@@ -67,7 +67,7 @@ from catalog.models import (
     WriteMode,
     validate_name,
 )
-from catalog.sql import SqlCatalog
+from catalog.sql import SqlCatalog, mask_url, url_password
 from catalog.states import LEGAL_TRANSITIONS, check_transition
 from catalog.timestamps import as_utc
 
@@ -136,5 +136,7 @@ __all__ = [
     "WriterMismatchError",
     "check_transition",
     "load_catalog",
+    "mask_url",
+    "url_password",
     "validate_name",
 ]

@@ -23,9 +23,9 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, get_args
+from urllib.parse import quote
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.pool import QueuePool, StaticPool
 
 from catalog.base import SCHEMA_VERSION, Catalog
@@ -425,12 +425,27 @@ write transaction (PostgreSQL and SQLite both have transactional DDL).
 
 # -- URLs --------------------------------------------------------------------------------
 
-_URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+_USER_COLON = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/]*):(?P<rest>.*)$", re.S)
+
+
+def url_password(url: str) -> str | None:
+    """The password in ``url`` as written, or None: everything between ``scheme://user:``
+    (a user name may hold ``@``) and the URL's last ``@``. A password holding unencoded
+    ``@ : / # ? %`` is found whole; where a query holds an ``@`` this takes in more than
+    the password, never less."""
+    match = _USER_COLON.match(url)
+    if match is None or "@" not in match["rest"]:
+        return None
+    return match["rest"].rsplit("@", 1)[0] or None
 
 
 def mask_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``, even if it does not parse."""
-    return _URL_PASSWORD.sub(r"\1***@", url)
+    """``url`` with its password (see :func:`url_password`) replaced by ``***``, even if
+    the URL does not parse."""
+    match = _USER_COLON.match(url)
+    if match is None or url_password(url) is None:
+        return url
+    return f"{match['head']}:***@{match['rest'].rsplit('@', 1)[1]}"
 
 
 def normalize_url(url: str | sa.URL) -> tuple[Backend, sa.URL]:
@@ -438,6 +453,15 @@ def normalize_url(url: str | sa.URL) -> tuple[Backend, sa.URL]:
     text = url if isinstance(url, str) else url.render_as_string(hide_password=False)
     if text.startswith("memory://"):
         return "sqlite", sa.make_url("sqlite://")
+    password = url_password(text)
+    if password is not None and "@" in password:
+        # SQLAlchemy (like libpq) would end the password at its first @ and take the rest
+        # for the host, which then appears in messages.
+        raise CatalogUrlError(
+            url=mask_url(text),
+            reason="an @ in the password (or in the query) is not percent-encoded: "
+            "write it as %40 (and a % as %25)",
+        )
     try:
         parsed = sa.make_url(text)
     except sa.exc.ArgumentError:
@@ -652,7 +676,8 @@ class SqlCatalog(Catalog):
         text = reason[0] if reason else type(exc).__name__
         password = self._sa_url.password
         if password:
-            text = text.replace(str(password), "***")
+            for written in {str(password), quote(str(password), safe="")}:
+                text = text.replace(written, "***")
         return CatalogUnavailableError(
             backend=self.backend,
             host=None
@@ -1834,7 +1859,7 @@ class SqlCatalog(Catalog):
     def _build_latest_statements(self) -> dict[LatestQuery, sa.Select[Any]]:
         requested: sa.TableValuedAlias
         if self.backend == "postgresql":
-            names = sa.bindparam("names", type_=postgresql.ARRAY(sa.Text))
+            names = sa.bindparam("names", type_=sa.ARRAY(sa.Text))
             requested = sa.func.unnest(names).table_valued("name").render_derived("requested")
             name = requested.c.name
         else:

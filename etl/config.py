@@ -9,7 +9,7 @@ parents (or the file ``$ETL_CONFIG`` names):
 Keys (see :data:`SETTINGS`): ``warehouse``, ``catalog``, ``master``, ``consistency``,
 ``format``, ``engine``. A relative ``warehouse`` is relative to the file's directory.
 ``etl config`` prints the effective values and where each comes from, the catalog
-password masked.
+password masked (:func:`catalog.mask_url`).
 """
 
 from __future__ import annotations
@@ -141,41 +141,17 @@ def _accepts(param: Any, value: Any) -> bool:
     return value in names
 
 
-_SCHEME_USER = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@]*):(?P<rest>.*)$", re.S)
-
-
-def password_of(url: str | None) -> str | None:
-    """The password in ``url`` as written (everything between ``user:`` and the last
-    ``@``, so a password holding ``@``, ``/`` or ``:`` is found whole), or None."""
-    if not url:
-        return None
-    match = _SCHEME_USER.match(url)
-    if not match or "@" not in match["rest"]:
-        return None
-    password = match["rest"].rsplit("@", 1)[0]
-    return password or None
-
-
-def mask_password(url: str | None) -> str | None:
-    """``url`` with its password replaced by ``***`` (see :func:`password_of`)."""
-    password = password_of(url)
-    if url is None or password is None:
-        return url
-    match = _SCHEME_USER.match(url)
-    assert match is not None
-    return f"{match['head']}:***@{match['rest'].rsplit('@', 1)[1]}"
-
-
 def scrub(text: str, url: str | None) -> str:
-    """``text`` with no trace of ``url``'s password: the URL itself, any partial masking of
-    it, the password raw and percent-decoded, and each of its pieces of 3+ characters."""
-    password = password_of(url)
-    if url is None or password is None:
-        return text
+    """``text`` with no trace of ``url``'s password: the URL itself, the password raw and
+    percent-decoded, and each of its pieces of 3+ characters."""
     from urllib.parse import unquote
 
-    masked = mask_password(url) or ""
-    text = text.replace(url, masked)
+    from catalog import mask_url, url_password
+
+    password = None if url is None else url_password(url)
+    if url is None or password is None:
+        return text
+    text = text.replace(url, mask_url(url))
     candidates = {password, unquote(password)}
     for variant in list(candidates):
         candidates.update(p for p in re.split(r"[@:/%?#&=]", variant) if len(p) >= 3)
@@ -195,7 +171,5 @@ __all__ = [
     "default_map",
     "find_project_file",
     "load_project_config",
-    "mask_password",
-    "password_of",
     "scrub",
 ]

@@ -5,8 +5,11 @@ and read every table through it, from Spark or from lighter engines.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import logging
 import re
+import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,10 +21,12 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.scope import build_scope
 
-from catalog import Catalog, UnknownTableError, as_utc
+from catalog import Catalog, CatalogReadOnlyError, UnknownTableError, as_utc
 from consistency import Level, Snapshot, parse_level, resolve_snapshot
 from etl.delta import read_arrow, read_table, table_version
 from etl.errors import SqlTablesError, UsageError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import duckdb
@@ -224,6 +229,7 @@ class SnapshotReader:
         self.pin = pin
         self._release_pin = weakref.finalize(self, pin.close) if pin is not None else None
         self._connections: list[duckdb.DuckDBPyConnection] = []
+        self._attached: list[str] = []
         self._closed = False
 
     # -- lifetime ----------------------------------------------------------------------
@@ -246,6 +252,8 @@ class SnapshotReader:
             with contextlib.suppress(Exception):
                 connection.close()
         self._connections.clear()
+        _detach(self._attached)
+        self._attached.clear()
         if self._release_pin is not None:
             self._release_pin()
 
@@ -362,9 +370,11 @@ class SnapshotReader:
     # -- without Spark -----------------------------------------------------------------
 
     def duckdb(self) -> duckdb.DuckDBPyConnection:
-        """A new in-memory DuckDB connection with one view per table of the snapshot, each
-        at the snapshot's Delta version (through DuckDB's Delta extension). Closed with
-        the snapshot; session time zone UTC, as in Spark."""
+        """A new DuckDB connection with one view per table of the snapshot, each at the
+        snapshot's Delta version (through DuckDB's Delta extension). Closed with the
+        snapshot; session time zone UTC, as in Spark. Its views are its own (temporary);
+        it shares the process's in-memory DuckDB database, where the extension is loaded
+        once."""
         self._check_open()
         connection = _duckdb_connection()
         self._connections.append(connection)
@@ -378,9 +388,13 @@ class SnapshotReader:
                     f"CREATE TEMP VIEW {view} AS SELECT * FROM {_quote_duckdb('__empty_' + name)}"
                 )
                 continue
-            attached = _quote_duckdb(f"__delta_{name}")
+            # An attached database is seen by every connection of the database: the name is
+            # unique, and it is detached when the snapshot closes.
+            alias = f"__delta_{name}_{next(_ATTACH_IDS)}"
+            attached = _quote_duckdb(alias)
             uri = _uri(location).replace("'", "''")
             connection.execute(f"ATTACH '{uri}' AS {attached} (TYPE delta)")
+            self._attached.append(alias)
             connection.execute(
                 f"CREATE TEMP VIEW {view} AS SELECT * FROM {attached} AT (VERSION => {int(version)})"
             )
@@ -402,6 +416,7 @@ class SnapshotReader:
             raise UsageError(f"unknown engine {engine!r}; use duckdb or spark")
         import duckdb
 
+        attached_before = len(self._attached)
         connection = self.duckdb()
         try:
             text = parsed.for_duckdb(self._spark_types(self._names_in(parsed)))
@@ -416,6 +431,8 @@ class SnapshotReader:
             connection.close()
             with contextlib.suppress(ValueError):
                 self._connections.remove(connection)
+            _detach(self._attached[attached_before:])
+            del self._attached[attached_before:]
 
     def _spark_types(self, names: Iterable[str]) -> dict[str, dict[str, str]]:
         """Per table, column -> Spark SQL type (from the catalog's Delta schema)."""
@@ -490,14 +507,35 @@ def delta_extension_path() -> str:
     return _DELTA_EXTENSION
 
 
-def _duckdb_connection() -> duckdb.DuckDBPyConnection:
-    import duckdb
+_DUCKDB: duckdb.DuckDBPyConnection | None = None
+_DUCKDB_LOCK = threading.Lock()
+_ATTACH_IDS = itertools.count(1)
 
-    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    path = delta_extension_path().replace("'", "''")
-    connection.execute(f"LOAD '{path}'")
+
+def _duckdb_connection() -> duckdb.DuckDBPyConnection:
+    """A new connection to the process's one in-memory DuckDB database (opening one and
+    loading the Delta extension into it cost more than a whole warm read)."""
+    global _DUCKDB
+    with _DUCKDB_LOCK:
+        if _DUCKDB is None:
+            import duckdb
+
+            database = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+            path = delta_extension_path().replace("'", "''")
+            database.execute(f"LOAD '{path}'")
+            _DUCKDB = database
+        connection = _DUCKDB.cursor()
     connection.execute("SET TimeZone = 'UTC'")
     return connection
+
+
+def _detach(aliases: Iterable[str]) -> None:
+    if _DUCKDB is None:
+        return
+    with _DUCKDB_LOCK:
+        for alias in aliases:
+            with contextlib.suppress(Exception):
+                _DUCKDB.execute(f"DETACH {_quote_duckdb(alias)}")
 
 
 def snapshot(
@@ -562,18 +600,25 @@ def snapshot(
 
 
 def _pin(catalog: Catalog, resolved: Snapshot, tables: Sequence[str]) -> PinHolder | None:
+    """The retention pin of the snapshot; None when nothing is to be pinned, or when the
+    catalog is read-only (a read-only warehouse is still readable: a file that maintenance
+    elsewhere removed meanwhile fails the read, it never changes the answer)."""
     from etl.retention.pins import PinHolder
 
     if not any(v is not None for v in resolved.versions.values()):
         return None
     pipelines = {catalog.get_table(t).pipeline for t in tables}
-    return PinHolder(
-        catalog,
-        versions=resolved.versions,
-        epoch=resolved.epoch,
-        epochs=resolved.epochs,
-        pipeline=pipelines.pop() if len(pipelines) == 1 else None,
-    )
+    try:
+        return PinHolder(
+            catalog,
+            versions=resolved.versions,
+            epoch=resolved.epoch,
+            epochs=resolved.epochs,
+            pipeline=pipelines.pop() if len(pipelines) == 1 else None,
+        )
+    except CatalogReadOnlyError:
+        log.info("the catalog is read-only: this snapshot holds no retention pin")
+        return None
 
 
 def _looks_like_sql(text: str) -> bool:

@@ -119,6 +119,25 @@ class RunResult:
 ProgressCallback = Callable[[BatchResult], None]
 
 
+def catalog_pipeline_name(pipeline: Pipeline, catalog: Catalog, warehouse: str) -> str:
+    """The pipeline's name in the catalog: ``pipeline.name``, except for a warehouse whose
+    tables were registered before pipelines were a catalog notion (they stay in the
+    default pipeline)."""
+    for spec in pipeline.table_specs(warehouse):
+        try:
+            known = catalog.get_table(spec.name)
+        except UnknownTableError:
+            continue
+        return PIPELINE_DEFAULT if known.pipeline == PIPELINE_DEFAULT else pipeline.name
+    return pipeline.name
+
+
+def undeclared_jobs(pipeline: Pipeline, catalog: Catalog, name: str) -> tuple[str, ...]:
+    """Active jobs registered in catalog pipeline ``name`` that ``pipeline`` does not declare."""
+    declared = {job.name for job in pipeline.ordered_jobs()}
+    return tuple(j.name for j in catalog.list_jobs(pipeline=name) if j.name not in declared)
+
+
 class Runner:
     """Runs one pipeline against one catalog and warehouse."""
 
@@ -162,20 +181,11 @@ class Runner:
 
     @property
     def catalog_pipeline(self) -> str:
-        """The pipeline's name in the catalog: ``pipeline.name``, except for a warehouse
-        whose tables were registered before pipelines were a catalog notion (they stay in
-        the default pipeline)."""
+        """The pipeline's name in the catalog (see :func:`catalog_pipeline_name`)."""
         if self._catalog_pipeline is None:
-            name = self.pipeline.name
-            for spec in self.pipeline.table_specs(self.warehouse):
-                try:
-                    known = self.catalog.get_table(spec.name)
-                except UnknownTableError:
-                    continue
-                if known.pipeline == PIPELINE_DEFAULT:
-                    name = PIPELINE_DEFAULT
-                break
-            self._catalog_pipeline = name
+            self._catalog_pipeline = catalog_pipeline_name(
+                self.pipeline, self.catalog, self.warehouse
+            )
         return self._catalog_pipeline
 
     def register(self) -> None:
@@ -184,15 +194,11 @@ class Runner:
         name = self.catalog_pipeline
         for spec in self.pipeline.table_specs(self.warehouse):
             self.catalog.register_table(dataclasses.replace(spec, pipeline=name))
-        declared = set()
         for job in self.pipeline.ordered_jobs():
             self.catalog.register_job(
                 dataclasses.replace(self.pipeline.job_spec(job), pipeline=name)
             )
-            declared.add(job.name)
-        self.undeclared = tuple(
-            j.name for j in self.catalog.list_jobs(pipeline=name) if j.name not in declared
-        )
+        self.undeclared = undeclared_jobs(self.pipeline, self.catalog, name)
         if self.pipeline.retention is not None:
             self.catalog.set_retention_policy(name, self.pipeline.retention.to_json())
         self._registered = True
@@ -507,6 +513,8 @@ __all__ = [
     "ProgressCallback",
     "RunResult",
     "Runner",
+    "catalog_pipeline_name",
     "error_class",
     "one_line",
+    "undeclared_jobs",
 ]

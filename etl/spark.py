@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
@@ -46,13 +49,19 @@ def build_spark(
     if master.startswith("local"):
         # Everything runs in this process: bind to loopback, not the host's first address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.appName(app_name).master(master)
     driver_options = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={_LOG_CONFIG.as_uri()}"
-    for key, value in {
+    settings = {
+        "spark.master": master,
+        "spark.app.name": app_name,
         **_BASE_CONF,
         "spark.driver.extraJavaOptions": driver_options,
         **(conf or {}),
-    }.items():
+    }
+    # PySpark keeps its driver JVM for the life of the process: it is started only once.
+    if SparkContext._gateway is None and SparkContext._active_spark_context is None:
+        _start_driver_jvm(SparkConf().setAll(list(settings.items())))
+    builder = SparkSession.builder
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -60,6 +69,41 @@ def build_spark(
     if url and (ui or "").lower() == "true":
         print(f"Spark UI: {url}", file=sys.stderr)
     return spark
+
+
+JVM_BOOT_NOTICES = ("WARNING: Using incubator modules: jdk.incubator.vector",)
+"""Lines the JVM prints on stderr at every start that say nothing about this run: Spark 4's
+launcher always adds ``--add-modules=jdk.incubator.vector``, and no JVM option silences
+the notice that follows."""
+
+
+def _start_driver_jvm(conf: SparkConf) -> None:
+    """Start the driver JVM (and its SparkContext) with its stderr passed through ``grep``
+    minus :data:`JVM_BOOT_NOTICES`; every other line (errors above all) reaches our stderr.
+    A separate process, not a thread: it relays what the JVM writes after we exit too."""
+    from pyspark.java_gateway import launch_gateway
+
+    patterns = [f"--regexp={notice}" for notice in JVM_BOOT_NOTICES]
+    try:
+        relay = subprocess.Popen(
+            ["grep", "--line-buffered", "--invert-match", "--line-regexp", "--fixed-strings"]
+            + patterns,
+            stdin=subprocess.PIPE,
+            stdout=sys.stderr.fileno(),
+            # Ctrl-C is for us (and we finish the epochs in flight); the relay outlives it.
+            preexec_fn=_ignore_sigint,
+        )
+    except (OSError, ValueError):  # no grep, or no real stderr: the JVM writes to ours
+        gateway = launch_gateway(conf)
+    else:
+        assert relay.stdin is not None
+        with relay.stdin:
+            gateway = launch_gateway(conf, popen_kwargs={"stderr": relay.stdin})
+    SparkContext(conf=conf, gateway=gateway)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 MASTER_CONNECT_TIMEOUT = 5.0
@@ -100,6 +144,7 @@ def check_master(master: str) -> None:
 
 
 __all__ = [
+    "JVM_BOOT_NOTICES",
     "MASTER_CONNECT_TIMEOUT",
     "check_master",
     "DEFAULT_MASTER",

@@ -183,8 +183,19 @@ def open_catalog(warehouse: Path, catalog_url: str | None, *, create: bool = Fal
         ) from None
 
 
+def _catalog_url_in_use() -> str | None:
+    return _current_catalog_url or os.environ.get("ETL_CATALOG_URL")
+
+
+class _ScrubbingFormatter(logging.Formatter):
+    """Log lines never carry the catalog password (a driver's message may quote the URL)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record), _catalog_url_in_use())
+
+
 def fail(message: str, code: int) -> typer.Exit:
-    message = scrub(message, _current_catalog_url or os.environ.get("ETL_CATALOG_URL"))
+    message = scrub(message, _catalog_url_in_use())
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
@@ -272,22 +283,28 @@ def _global(
         if log_level is not None
         else ("DEBUG" if verbose >= 2 else "INFO" if verbose == 1 else "WARNING")
     )
-    configure_logging(level)
+    # A batch's progress line is shown unless --log-level asks for less than info.
+    configure_logging(level, progress=log_level is None or level in ("DEBUG", "INFO"))
     if spark_ui:
         os.environ["ETL_SPARK_UI"] = "true"
 
 
-def configure_logging(level: str) -> None:
-    """Log lines on stderr at ``level``; third-party chatter stays at WARNING."""
+def configure_logging(level: str, *, progress: bool = True) -> None:
+    """Log lines on stderr at ``level``; third-party chatter stays at WARNING. With
+    ``progress``, ``etl run``'s line per batch (see :mod:`etl.cli.progress`) is shown
+    even below ``level``."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_ScrubbingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
-    for noisy in ("py4j", "sqlglot", "urllib3", "kafka", "great_expectations"):
+    for noisy in ("py4j", "sqlglot", "urllib3", "kafka", "great_expectations", "sqlalchemy"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+    from etl.cli.progress import LOGGER
+
+    logging.getLogger(LOGGER).setLevel(logging.INFO if progress else logging.NOTSET)
 
 
 _TYPE_LABELS = {

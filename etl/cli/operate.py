@@ -11,7 +11,16 @@ from typing import Annotated
 import typer
 
 from catalog import RetirementBlockedError
-from etl.cli.app import CatalogUrl, Warehouse, app, guard, open_catalog, parse_params
+from etl.cli.app import (
+    CatalogUrl,
+    TableOrJson,
+    Warehouse,
+    app,
+    guard,
+    open_catalog,
+    parse_params,
+)
+from etl.cli.render import print_json
 from etl.errors import PipelineBusyError, UsageError
 
 retire_app = typer.Typer(
@@ -62,6 +71,9 @@ def resolve(
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
     master: Annotated[str | None, typer.Option(envvar="ETL_SPARK_MASTER")] = None,
+    format: Annotated[
+        TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
+    ] = TableOrJson.TABLE,
 ) -> None:
     """Resolve an epoch a quality gate blocked; the resolution is recorded in the catalog.
 
@@ -138,6 +150,19 @@ def resolve(
         "(quarantined)",
         ResolutionAction.SKIP: "skipped: rolled back and sealed empty",
     }[action]
+    if format is TableOrJson.JSON:
+        print_json(
+            {
+                "table": table,
+                "epoch": epoch,
+                "action": action.value,
+                "versions": dict(result.versions),
+                "quarantined": result.quarantined,
+                "actor": result.resolution.actor,
+                "reason": reason,
+            }
+        )
+        return
     typer.echo(
         f"epoch {epoch} of table {table} {what} (Delta version {result.versions[table]}); "
         f"recorded as {action.value} by {result.resolution.actor}. "
@@ -151,6 +176,9 @@ def retire_job(
     name: Annotated[str, typer.Argument(help="The job to retire.")],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
+    format: Annotated[
+        TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
+    ] = TableOrJson.TABLE,
 ) -> None:
     """Retire a job: it no longer runs or holds its pipeline's COMMIT back; its history
     stays readable. Registering it again (a pipeline file that declares it) revives it.
@@ -169,6 +197,9 @@ def retire_job(
                     pass
         except RetirementBlockedError as exc:
             raise UsageError(str(exc)) from None
+    if format is TableOrJson.JSON:
+        print_json({"job": name, "retired_tables": retired_tables})
+        return
     typer.echo(
         f"retired job {name}"
         + (f" and its table(s) {', '.join(retired_tables)}" if retired_tables else "")
@@ -182,6 +213,9 @@ def retire_table(
     name: Annotated[str, typer.Argument(help="The table to retire.")],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
+    format: Annotated[
+        TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
+    ] = TableOrJson.TABLE,
 ) -> None:
     """Retire a table: its pipeline's COMMIT no longer waits for it; its epochs stay
     readable. Its writer job must be retired first.
@@ -193,6 +227,9 @@ def retire_table(
             catalog.retire_table(name)
         except RetirementBlockedError as exc:
             raise UsageError(str(exc)) from None
+    if format is TableOrJson.JSON:
+        print_json({"table": name, "retired": True})
+        return
     typer.echo(f"retired table {name}; its history stays readable")
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -24,7 +24,8 @@ from etl.cli.app import (
     open_catalog,
     parse_params,
 )
-from etl.cli.render import err
+from etl.cli.progress import BatchProgress
+from etl.cli.render import err, print_json
 from etl.errors import PipelineBusyError, UsageError
 
 DEFAULT_LEASE_TTL = 15.0
@@ -104,6 +105,7 @@ def run(
     _retry_while_busy(lambda: _check_not_held(catalog, pipeline), deadline, wait)
     spark = _spark_log(build_spark(master=master, app_name=f"etl-{pipeline.name}"), verbose)
     stopping = threading.Event()
+    progress = BatchProgress([job.name for job in pipeline.ordered_jobs()])
     runner = Runner(
         pipeline,
         catalog=catalog,
@@ -111,7 +113,7 @@ def run(
         spark=spark,
         lease_ttl_seconds=lease_ttl,
         backlog_threshold=backlog_threshold,
-        on_batch=_progress_printer(stopping),
+        on_batch=progress,
     )
     # After Spark starts: its SparkContext installs a SIGINT handler of its own (cancel
     # all jobs). Until here, Ctrl-C or SIGTERM exits having written nothing.
@@ -129,12 +131,13 @@ def run(
             f"it; its tables hold the pipeline's COMMIT back. Retire it: etl retire job {job}"
         )
     try:
-        if once:
-            result = runner.run_once()
-        else:
-            result = runner.run_continuous(
-                epoch_interval=epoch_interval or 10.0, stop=stopping, max_epochs=max_epochs
-            )
+        with progress:
+            if once:
+                result = runner.run_once()
+            else:
+                result = runner.run_continuous(
+                    epoch_interval=epoch_interval or 10.0, stop=stopping, max_epochs=max_epochs
+                )
     finally:
         runner.release()
     _report(result, runner, fmt=format)
@@ -148,14 +151,15 @@ def run(
 
 
 def _quiet(verbose: bool) -> None:
-    """Spark's log and JVM stack traces reach stderr only with -v."""
+    """PySpark's Python-side log reaches stderr only with -v (``etl``'s own log lines follow
+    -v / --log-level before the command)."""
     import logging
 
     if verbose:
-        logging.basicConfig(level=logging.INFO)
+        root = logging.getLogger()
+        root.setLevel(min(root.level, logging.INFO))
         return
-    logging.basicConfig(level=logging.CRITICAL)
-    for name in ("py4j", "pyspark", "etl"):
+    for name in ("py4j", "pyspark"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
@@ -234,7 +238,9 @@ def _handle_signals(runner, stopping: threading.Event) -> None:
 
 def _report(result, runner, *, fmt: str) -> None:
     if fmt == "json":
-        typer.echo(json.dumps(_result_json(result, runner), indent=2))
+        print_json(
+            _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
+        )
     for step in result.recovered:
         err.print(f"recovered {step.table}: {step.action} epoch(s) {list(step.epochs)}")
     sealed = [b for b in result.batches if b.sealed]
@@ -260,14 +266,14 @@ def _report(result, runner, *, fmt: str) -> None:
         err.print("[bold red]failed:[/] " + escape(failure.error))
 
 
-def _result_json(result, runner) -> dict:
+def _result_json(result, pipeline, pipeline_name: str, undeclared: Sequence[str]) -> dict:
     return {
-        "pipeline": runner.catalog_pipeline,
+        "pipeline": pipeline_name,
         "exit_code": result.exit_code,
         "epochs_opened": [
             {
                 "epoch": e.id,
-                "barrier_ts": e.barrier_ts.isoformat(),
+                "barrier_ts": e.barrier_ts,
                 "pipeline": e.pipeline,
             }
             for e in result.epochs_opened
@@ -295,7 +301,7 @@ def _result_json(result, runner) -> dict:
         "blocked": [
             {
                 "job": b.job,
-                "table": runner.pipeline.jobs[b.job].output,
+                "table": pipeline.jobs[b.job].output,
                 "epoch": b.epoch,
                 "reason": b.blocked_reason,
             }
@@ -316,7 +322,7 @@ def _result_json(result, runner) -> dict:
             }
             for f in result.failures
         ],
-        "undeclared_jobs": list(runner.undeclared),
+        "undeclared_jobs": list(undeclared),
     }
 
 
@@ -378,21 +384,6 @@ def _retry_while_busy(attempt, deadline: float, wait: float = 0.0) -> None:
             time.sleep(1.0)
 
 
-def _progress_printer(stopping: threading.Event | None = None):
-    def show(batch) -> None:
-        if not (err.is_terminal or (stopping is not None and stopping.is_set())):
-            return
-        span = (
-            f"{batch.first_epoch}..{batch.epoch}"
-            if batch.first_epoch != batch.epoch
-            else batch.epoch
-        )
-        state = "sealed" if batch.sealed else f"blocked ({batch.blocked_reason})"
-        err.print(f"  {batch.job}: epoch {span} {state}, {batch.rows} rows")
-
-    return show
-
-
 @app.command()
 @guard
 def recover(
@@ -418,14 +409,23 @@ def recover(
 
     Example: etl recover examples/wordcount/pipeline.py --param input_dir=./incoming
     """
-    from etl.engine import StepAction
-    from etl.runner import Runner
+    from etl.engine import StepAction, needs_recovery
+    from etl.runner import Runner, RunResult, catalog_pipeline_name, undeclared_jobs
     from etl.spark import build_spark
 
     _quiet(verbose)
     pipeline = _load(pipeline_file, param)
     catalog = open_catalog(warehouse, catalog_url)
     _check_not_held(catalog, pipeline)  # before Spark starts
+    if not any(needs_recovery(catalog, pipeline, job) for job in pipeline.ordered_jobs()):
+        # Nothing to seal or roll back: no Spark is started to say so.
+        if format == "json":
+            name = catalog_pipeline_name(pipeline, catalog, str(warehouse.resolve()))
+            undeclared = undeclared_jobs(pipeline, catalog, name)
+            print_json(_result_json(RunResult(), pipeline, name, undeclared))
+        else:
+            typer.echo("nothing to recover: catalog and tables agree")
+        raise typer.Exit(0)
     runner = Runner(
         pipeline,
         catalog=catalog,
@@ -435,7 +435,9 @@ def recover(
     with runner:
         result = runner.recover()
     if format == "json":
-        typer.echo(json.dumps(_result_json(result, runner), indent=2))
+        print_json(
+            _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
+        )
         raise typer.Exit(result.exit_code)
     if not result.recovered:
         typer.echo("nothing to recover: catalog and tables agree")

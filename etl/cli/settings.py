@@ -32,7 +32,8 @@ def config_command(
 
     Example: etl config --format json
     """
-    from etl.config import SETTINGS, find_project_file, load_project_config, mask_password
+    from catalog import mask_url
+    from etl.config import SETTINGS, find_project_file, load_project_config
 
     project = load_project_config()
     given = {"warehouse": warehouse, "catalog_url": catalog_url, "master": master}
@@ -55,7 +56,7 @@ def config_command(
             if value is None:
                 value = f"sqlite:///{Path(str(warehouse)).resolve() / '_catalog.sqlite'}"
                 origin = "default (in the warehouse)"
-            value = mask_password(str(value))
+            value = mask_url(str(value))
         elif setting.key == "warehouse" and value is not None:
             value = str(Path(str(value)).resolve())
         rows.append((setting.key, None if value is None else str(value), origin))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
-from etl.cli.app import CatalogUrl, Warehouse, app, guard, open_catalog
-from etl.cli.render import out, rows_table
+from etl.cli.app import CatalogUrl, TableOrJson, Warehouse, app, guard, open_catalog
+from etl.cli.render import out, print_json, rows_table
 from etl.errors import UsageError
 
 tag_app = typer.Typer(help="Named cuts that never expire until deleted.", no_args_is_help=True)
@@ -26,6 +26,9 @@ def create(
     pipeline: Annotated[str | None, typer.Option(help="Pipeline (default: 'default').")] = None,
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
+    format: Annotated[
+        TableOrJson, typer.Option("--format", case_sensitive=False)
+    ] = TableOrJson.TABLE,
 ) -> None:
     """Tag a COMMIT cut; an expired epoch is refused, naming the rule that expired it.
 
@@ -50,6 +53,9 @@ def create(
         tag = catalog.create_tag(
             name, epoch=commit.epoch, versions=dict(commit.versions), pipeline=commit.pipeline
         )
+    if format is TableOrJson.JSON:
+        print_json(_tag_record(tag))
+        return
     typer.echo(
         f"tag {tag.name} -> epoch {tag.epoch} {json.dumps(dict(tag.versions), sort_keys=True)}"
     )
@@ -60,23 +66,16 @@ def create(
 def list_(
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
+    format: Annotated[
+        TableOrJson, typer.Option("--format", case_sensitive=False)
+    ] = TableOrJson.TABLE,
 ) -> None:
     """Every tag: name, epoch, versions."""
     with open_catalog(warehouse, catalog_url) as catalog:
         tags = catalog.list_tags()
-    records = [
-        {
-            "name": t.name,
-            "epoch": t.epoch,
-            "pipeline": t.pipeline,
-            "versions": dict(t.versions),
-            "created_at": t.created_at.isoformat() if t.created_at else None,
-        }
-        for t in tags
-    ]
-    if format == "json":
-        typer.echo(json.dumps(records, indent=2))
+    records = [_tag_record(t) for t in tags]
+    if format is TableOrJson.JSON:
+        print_json(records)
         return
     cells = [
         [r["name"], r["epoch"], json.dumps(r["versions"], sort_keys=True), r["created_at"]]
@@ -91,11 +90,27 @@ def delete(
     name: Annotated[str, typer.Argument(help="The tag's name.")],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
+    format: Annotated[
+        TableOrJson, typer.Option("--format", case_sensitive=False)
+    ] = TableOrJson.TABLE,
 ) -> None:
     """Delete a tag; retention may then expire its epoch."""
     with open_catalog(warehouse, catalog_url) as catalog:
         catalog.delete_tag(name)
+    if format is TableOrJson.JSON:
+        print_json({"deleted": name})
+        return
     typer.echo(f"deleted tag {name}")
+
+
+def _tag_record(tag) -> dict:
+    return {
+        "name": tag.name,
+        "epoch": tag.epoch,
+        "pipeline": tag.pipeline,
+        "versions": dict(tag.versions),
+        "created_at": tag.created_at,
+    }
 
 
 __all__ = ["create", "delete", "list_"]

@@ -10,7 +10,7 @@
 
 from etl.engine.batch import BatchOutcome, BatchResult, EpochEngine
 from etl.engine.commit import BatchWrite, EpochWriter
-from etl.engine.recovery import RecoveryStep, StepAction, recover
+from etl.engine.recovery import RecoveryStep, StepAction, needs_recovery, recover
 
 __all__ = [
     "BatchOutcome",
@@ -20,5 +20,6 @@ __all__ = [
     "EpochWriter",
     "RecoveryStep",
     "StepAction",
+    "needs_recovery",
     "recover",
 ]

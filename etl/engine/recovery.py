@@ -29,7 +29,7 @@ from etl.engine.batch import EpochEngine
 from etl.engine.commit import BatchWrite, LeaseCheck
 from etl.errors import CommitConflictError
 from etl.faults import maybe_crash
-from etl.pipeline import Job
+from etl.pipeline import Job, Pipeline
 
 
 class StepAction(StrEnum):
@@ -76,37 +76,20 @@ def recover(
     return _recover(engine, job, lease, check_lease)
 
 
+def needs_recovery(catalog: Catalog, pipeline: Pipeline, job: Job) -> bool:
+    """Whether :func:`recover` would seal or roll back anything of ``job`` now: the same
+    plan, made without claiming the tables (it changes nothing and needs no Spark)."""
+    return any(plan.actions for plan in _plan(catalog, pipeline, job).values())
+
+
 def _recover(
     engine: EpochEngine, job: Job, lease: Lease, check_lease: LeaseCheck | None
 ) -> list[RecoveryStep]:
     steps: list[RecoveryStep] = []
     tables = engine.pipeline.tables_of(job)
-    plans: dict[str, _TablePlan] = {}
-    complete: set[tuple[int, int]] = set()
     for table in tables:
-        sealed = engine.catalog.latest_written([table]).get(table)
-        location = engine.catalog.get_table(table).location
-        remove_staging(location)
-        commits = log_commits(location, after_version=sealed.delta_version if sealed else None)
-        states = [
-            s
-            for s in engine.catalog.table_epochs(table, after=sealed.epoch if sealed else 0)
-            if s.state in (EpochState.PROCESSED, EpochState.ROLLED_BACK)
-        ]
-        if table != job.output:
-            commits = _follow_output(commits, complete)
-        plan = plan_recovery(
-            table=table,
-            job=job.name,
-            sealed_version=sealed.delta_version if sealed else None,
-            sealed_epoch=sealed.epoch if sealed else None,
-            catalog_states=states,
-            log=commits,
-        )
-        planned_at = commits[-1].version if commits else (sealed.delta_version if sealed else None)
-        plans[table] = _TablePlan(plan.actions, tuple(commits), tuple(states), planned_at)
-        if table == job.output:
-            complete = {(a.epoch, a.attempt) for a in plan.actions if isinstance(a, SealAction)}
+        remove_staging(engine.catalog.get_table(table).location)
+    plans = _plan(engine.catalog, engine.pipeline, job)
 
     for table in tables:
         table_plan = plans[table]
@@ -144,6 +127,37 @@ def _recover(
             )
         )
     return steps
+
+
+def _plan(catalog: Catalog, pipeline: Pipeline, job: Job) -> dict[str, _TablePlan]:
+    """Per table of the job, what recovery would do (the output's plan first: side
+    outputs follow it)."""
+    plans: dict[str, _TablePlan] = {}
+    complete: set[tuple[int, int]] = set()
+    for table in pipeline.tables_of(job):
+        sealed = catalog.latest_written([table]).get(table)
+        location = catalog.get_table(table).location
+        commits = log_commits(location, after_version=sealed.delta_version if sealed else None)
+        states = [
+            s
+            for s in catalog.table_epochs(table, after=sealed.epoch if sealed else 0)
+            if s.state in (EpochState.PROCESSED, EpochState.ROLLED_BACK)
+        ]
+        if table != job.output:
+            commits = _follow_output(commits, complete)
+        plan = plan_recovery(
+            table=table,
+            job=job.name,
+            sealed_version=sealed.delta_version if sealed else None,
+            sealed_epoch=sealed.epoch if sealed else None,
+            catalog_states=states,
+            log=commits,
+        )
+        planned_at = commits[-1].version if commits else (sealed.delta_version if sealed else None)
+        plans[table] = _TablePlan(plan.actions, tuple(commits), tuple(states), planned_at)
+        if table == job.output:
+            complete = {(a.epoch, a.attempt) for a in plan.actions if isinstance(a, SealAction)}
+    return plans
 
 
 # Planning again after the table moved on under a rollback; past this, give up loudly.
@@ -237,5 +251,6 @@ def _rollback(
 __all__ = [
     "RecoveryStep",
     "StepAction",
+    "needs_recovery",
     "recover",
 ]

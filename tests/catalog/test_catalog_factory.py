@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,8 @@ from catalog import (
     SqlCatalog,
     TableSpec,
     load_catalog,
+    mask_url,
+    url_password,
 )
 
 PASSWORD = "s3cr3t-Pa55word"
@@ -268,3 +271,104 @@ def test_a_catalog_without_write_permission_opens_read_only(tmp_path):
     finally:
         warehouse.chmod(0o755)
         path.chmod(0o644)
+
+
+# -- passwords with special characters --------------------------------------------------
+
+SPECIAL_PASSWORDS = ["pq7@ss9@wx1", "abq:dzf/gqi#jkv?mnz%pqy", "tqx@zsv:jqw/kxz", "uvw%40xyq"]
+
+
+def pieces(password: str) -> set[str]:
+    """The password raw and percent-decoded, and each piece of 3+ characters of either."""
+    from urllib.parse import unquote
+
+    whole = {password, unquote(password)}
+    return whole | {p for w in whole for p in re.split(r"[@:/#?%]", w) if len(p) >= 3}
+
+
+def assert_hidden(password: str, *texts: str) -> None:
+    for text in texts:
+        for secret in pieces(password):
+            assert secret not in text, (secret, text)
+
+
+@pytest.mark.parametrize("password", SPECIAL_PASSWORDS)
+@pytest.mark.parametrize(
+    "template",
+    [
+        "postgresql+psycopg://user:{}@db-host:5432/db",
+        "postgresql://user:{}@db-host/db?sslmode=require",
+        "postgres://us@er:{}@db-host/db",
+    ],
+)
+def test_mask_url_hides_every_password_whole(template, password):
+    url = template.format(password)
+    assert url_password(url) == password
+    masked = mask_url(url)
+    assert masked == template.format("***")
+    assert_hidden(password, masked)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://db-host:5432/db",
+        "postgresql://user@db-host:5432/db",
+        "postgresql://user:@db-host/db",
+        "sqlite:////tmp/we:ird@dir/cat.sqlite",
+        "memory://",
+    ],
+)
+def test_mask_url_leaves_urls_without_a_password_alone(url):
+    assert url_password(url) is None
+    assert mask_url(url) == url
+
+
+@pytest.mark.parametrize("password", [p for p in SPECIAL_PASSWORDS if "@" in p])
+def test_an_unencoded_at_in_the_password_is_refused_without_showing_it(password):
+    url = f"postgresql+psycopg://user:{password}@127.0.0.1:{closed_port()}/db"
+    with pytest.raises(CatalogUrlError) as raised:
+        load_catalog(url, create=False)
+    message = str(raised.value)
+    assert "%40" in message and "postgresql+psycopg://user:***@127.0.0.1" in message
+    assert_hidden(password, message, "".join(traceback.format_exception(raised.value)))
+
+
+@pytest.mark.parametrize("password", [p for p in SPECIAL_PASSWORDS if "@" not in p])
+def test_an_unreachable_server_never_shows_a_special_password(password):
+    port = closed_port()
+    with pytest.raises(CatalogUnavailableError) as raised:
+        load_catalog(f"postgresql://user:{password}@127.0.0.1:{port}/db")
+    assert raised.value.host == f"127.0.0.1:{port}"
+    assert_hidden(password, str(raised.value), "".join(traceback.format_exception(raised.value)))
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("password", SPECIAL_PASSWORDS)
+def test_a_refused_login_names_the_host_but_never_the_password(postgres_server, password):
+    from urllib.parse import quote
+
+    encoded = quote(password, safe="")
+    rest = postgres_server.split("@", 1)[1]
+    # No such role: the server refuses the login (its trust authentication accepts any
+    # password of a role that exists).
+    url = f"postgresql+psycopg://no_such_role_13:{encoded}@{rest}"
+    with pytest.raises(CatalogUnavailableError) as raised:
+        load_catalog(url, create=False)
+    assert raised.value.host == "127.0.0.1:5432"
+    assert "no_such_role_13" in str(raised.value)
+    assert_hidden(password, str(raised.value), "".join(traceback.format_exception(raised.value)))
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("password", SPECIAL_PASSWORDS)
+def test_an_encoded_special_password_connects_and_stays_hidden(postgres_url, password):
+    from urllib.parse import quote
+
+    url = postgres_url.replace("://postgres@", f"://postgres:{quote(password, safe='')}@")
+    catalog = load_catalog(url)
+    try:
+        assert catalog.open_epoch().id == 1
+        assert_hidden(password, catalog.url, repr(catalog))
+    finally:
+        catalog.close()

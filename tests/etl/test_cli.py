@@ -256,15 +256,36 @@ def test_continuous_stops_after_max_epochs(known):
     assert {t: current[t] for t in ("word_counts", "cnt_counts")} == counts(everything)
 
 
+PROGRESS_LINE = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ INFO etl\.progress: "
+    r"job (\w+) epoch (\d+) sealed: (\d+) rows$"
+)
+
+
 @pytest.mark.slow
-def test_progress_is_shown_only_on_a_terminal(known):
-    _, _, on_terminal = known.outcomes["first"]
-    assert "ingest_words: epoch 1 sealed, 5 rows" in on_terminal
-    assert "etl1: epoch 1 sealed, 3 rows" in on_terminal
+def test_progress_is_a_rich_display_on_a_terminal_and_log_lines_in_a_pipe(known):
+    code, _, on_terminal = known.outcomes["first"]
+    assert code == 0, on_terminal[-3000:]
+    assert "job ingest_words epoch 1 sealed: 5 rows" in on_terminal
+    assert "job etl1 epoch 1 sealed: 3 rows" in on_terminal
+    # the live display: a row per job with its epoch, batches and rows so far
+    assert re.search(r"job etl2 +epoch 1, 1 batch\(es\), 2 rows", on_terminal), on_terminal
     assert "1 epoch(s) opened, 3 batch(es) sealed" in on_terminal
+    assert "INFO etl.progress" not in on_terminal and "WARNING: Using" not in on_terminal
+
     _, _, piped = known.outcomes["continuous"]
-    assert "3 epoch(s) opened" in piped
-    assert not re.search(r"^  \w+: epoch \d", piped, re.MULTILINE)
+    lines = piped.strip().splitlines()
+    # Nothing but our own lines: one log line per sealed batch, then the summary (no JVM
+    # notices, no Spark log).
+    assert lines[-1] == "3 epoch(s) opened, 9 batch(es) sealed, 0 blocked, 0 failed", piped
+    batches = [PROGRESS_LINE.match(line) for line in lines[:-1]]
+    assert all(batches), piped
+    per_job = {
+        job: sorted(int(m[2]) for m in batches if m[1] == job)
+        for job in ("ingest_words", "etl1", "etl2")
+    }
+    assert per_job == {job: [3, 4, 5] for job in per_job}, piped
+    assert [m[3] for m in batches if m[1] == "ingest_words" and m[2] == "3"] == ["2"]
     assert "\x1b[" not in piped  # no colour codes in a pipe either
 
 
@@ -443,6 +464,24 @@ def test_recover_after_a_crash_then_run_again(tmp_path):
 
     drop(incoming, {"a.txt": ["apple", "pear", "apple"]})
     assert cli(*run).returncode == 0
+    # Nothing to recover is said without a JVM (this environment has no Java).
+    for fmt in ("table", "json"):
+        nothing = cli(
+            "recover",
+            pipeline_file,
+            "--param",
+            f"input_dir={incoming}",
+            "--format",
+            fmt,
+            JAVA_HOME="/nonexistent-java",
+            PATH="/usr/bin:/bin",
+        )
+        assert nothing.returncode == 0, nothing.stderr[-3000:]
+        if fmt == "json":
+            result = json.loads(nothing.stdout)
+            assert (result["exit_code"], result["recovered"]) == (0, [])
+        else:
+            assert nothing.stdout == "nothing to recover: catalog and tables agree\n"
     drop(incoming, {"b.txt": ["pear", "kiwi"], "c.txt": ["apple", "fig", "fig"]})
     # Epoch 2 dies after its first micro-batch (b.txt) is committed to `words`.
     crashed = cli(*run, "--lease-ttl", "1", **{FAULT_ENV: "between_micro_batches@ingest_words:2"})
@@ -649,6 +688,21 @@ NO_PIPELINE = "from etl import Pipeline\n\nthe_pipeline = Pipeline('x')\n"
             ["exactly one of --once or --continuous"],
         ),
         (("status", "--warehouse", "typo"), {}, ["no catalog in warehouse 'typo'", "--warehouse"]),
+        (
+            ("run", str(WORDCOUNT), "--once", "--epoch-interval", "5"),
+            {},
+            ["--epoch-interval goes with --continuous, not --once"],
+        ),
+        (
+            ("run", str(WORDCOUNT), "--once", "--max-epochs", "2"),
+            {},
+            ["--max-epochs goes with --continuous, not --once"],
+        ),
+        (
+            ("run", str(WORDCOUNT), "--once", "--param", "input_dir=x", "--param", "inptu=y"),
+            {},
+            ["--param inptu", "does not declare", "it declares: input_dir"],
+        ),
     ],
     ids=[
         "unknown-level",
@@ -660,18 +714,23 @@ NO_PIPELINE = "from etl import Pipeline\n\nthe_pipeline = Pipeline('x')\n"
         "neither-mode",
         "both-modes",
         "no-warehouse",
+        "interval-with-once",
+        "max-epochs-with-once",
+        "undeclared-param",
     ],
 )
 def test_bad_input_exits_2_saying_what_to_fix(tmp_path, args, files, expected):
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    result = etl(*args, cwd=tmp_path, timeout=120)
+    # Found before any work: no JVM is needed to say so (this environment has no Java).
+    result = etl(*args, cwd=tmp_path, timeout=120, JAVA_HOME="/nonexistent", PATH="/usr/bin:/bin")
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stderr.startswith("error: ")
     for part in expected:
         assert part in result.stderr
     assert "secretpw" not in result.stderr + result.stdout
     assert not (tmp_path / "typo").exists()  # a read-only command creates no catalog
+    assert not (tmp_path / "warehouse").exists()  # nor does a refused run
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from datetime import UTC, datetime, timedelta
@@ -127,6 +128,7 @@ def test_block_resolve_failures_and_two_pipelines_in_one_warehouse(tmp_path):
     assert second.returncode == 4, second.stderr
     result = json.loads(second.stdout)
     assert result["exit_code"] == 4 and result["pipeline"] == "shop"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00", result["epochs_opened"][0]["barrier_ts"])
     (blocked,) = result["blocked"]
     epoch = blocked["epoch"]
     assert blocked["table"] == "orders" and epoch == 3  # epoch 2 is the other pipeline's

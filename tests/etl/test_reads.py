@@ -214,6 +214,31 @@ def test_snapshot_is_a_context_manager_with_duckdb_polars_arrow(wordcount):
 
 
 @pytest.mark.spark
+def test_snapshots_open_together_each_read_their_own_cut(wordcount):
+    # Every duckdb() connection shares one DuckDB database: views and attachments of one
+    # snapshot never show through another, and closing a snapshot releases its own.
+    catalog = wordcount.catalog
+    query = "SELECT word, cnt FROM word_counts"
+    with snapshot(catalog, ["word_counts"], as_of_epoch=1) as old:
+        with snapshot(catalog, ["word_counts"]) as new:
+            past, present = old.duckdb(), new.duckdb()
+            assert dict(past.execute(query).fetchall()) == {"apple": 2, "pear": 1}
+            assert dict(present.execute(query).fetchall()) == {
+                "apple": 2,
+                "pear": 2,
+                "fig": 1,
+                "kiwi": 1,
+            }
+            assert old.query(query).num_rows == 2
+        assert dict(past.execute(query).fetchall()) == {"apple": 2, "pear": 1}
+        with pytest.raises(Exception):  # noqa: B017 - closed with its snapshot
+            present.execute(query)
+        names = past.execute("SELECT database_name FROM duckdb_databases()").fetchall()
+        databases = {d for (d,) in names}
+        assert len([d for d in databases if d.startswith("__delta_")]) == 1, databases
+
+
+@pytest.mark.spark
 def test_an_outside_duckdb_reads_the_cut_from_etl_snapshot(wordcount):
     """What the README shows: DuckDB, knowing nothing of Delta Barrier, reads the cut."""
     import duckdb
@@ -264,7 +289,38 @@ def test_etl_sql_on_duckdb_starts_no_spark_and_matches_spark(wordcount):
     sparked = etl(*common, "--engine", "spark", cwd=wordcount.root)
     assert sparked.returncode == 0, sparked.stderr
     assert sorted(json.loads(duck.stdout), key=repr) == sorted(json.loads(sparked.stdout), key=repr)
-    assert "WARN" not in sparked.stderr.replace("WARNING: Using incubator modules", "")
+    # Nothing on stderr but the snapshot's lines: no JVM notice, no Spark log, no UI.
+    assert [line.split("=")[0] for line in sparked.stderr.splitlines()] == [
+        "level",
+        "barrier_ts",
+    ], sparked.stderr
+    with_ui = etl("--spark-ui", *common, "--engine", "spark", cwd=wordcount.root)
+    assert with_ui.returncode == 0, with_ui.stderr
+    assert re.search(r"^Spark UI: http://\S+:\d+$", with_ui.stderr, re.MULTILINE), with_ui.stderr
+
+
+@pytest.mark.spark
+def test_the_driver_jvm_keeps_its_stderr_but_not_its_boot_notice(tmp_path):
+    script = (
+        "import os\n"
+        "os.environ['ETL_SPARK_UI'] = 'false'\n"
+        "from etl.spark import build_spark\n"
+        "spark = build_spark(master='local[1]')\n"
+        "spark.sparkContext._jvm.System.err.println('error: said by the JVM')\n"
+        "print(spark.sparkContext.uiWebUrl)\n"
+    )
+    done = subprocess.run(
+        [os.sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "None"  # the UI is off when the etl command says so
+    # The line the JVM wrote just before the process ended still arrives; the notice not.
+    assert done.stderr.splitlines() == ["error: said by the JVM"], done.stderr
 
 
 @pytest.mark.spark
@@ -283,8 +339,20 @@ def test_csv_and_json_into_a_closed_pipe_exit_quietly(wordcount):
         assert "error" not in shell.stderr.lower(), shell.stderr
 
 
+READ_COMMANDS = (
+    ("status",),
+    ("lineage",),
+    ("epochs", "words"),
+    ("snapshot", "words", "--format", "json"),
+    ("sql", "SELECT count(*) AS n FROM words", "--format", "csv"),
+)
+
+
 @pytest.mark.spark
 def test_read_commands_work_on_a_read_only_warehouse(wordcount, tmp_path):
+    if os.geteuid() == 0:
+        _read_only_by_mount(wordcount, tmp_path)
+        return
     import shutil
 
     copy = tmp_path / "ro"
@@ -294,19 +362,45 @@ def test_read_commands_work_on_a_read_only_warehouse(wordcount, tmp_path):
         modes.append(path)
         path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     try:
-        for args in (
-            ("status",),
-            ("lineage",),
-            ("epochs", "words"),
-            ("snapshot", "words"),
-            ("sql", "SELECT count(*) AS n FROM words"),
-        ):
+        for args in READ_COMMANDS:
             result = etl(*args, "--warehouse", copy, cwd=tmp_path, **NO_JAVA)
             assert result.returncode == 0, (args, result.stderr)
     finally:
         for path in modes:
             if path.exists():
                 path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+def _read_only_by_mount(wordcount, tmp_path) -> None:
+    """Root writes through file permissions: the commands run in a mount namespace of
+    their own where the warehouse (tables and catalog) is mounted read-only."""
+    import shlex
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("running as root without unshare: cannot make the warehouse read-only")
+    where = shlex.quote(str(wordcount.warehouse))
+    command = shlex.quote(str(Path(os.sys.executable).with_name("etl")))
+    steps = [
+        f"mount --bind {where} {where}",
+        f"mount -o remount,ro,bind {where}",
+        f"! touch {where}/probe 2>/dev/null",  # it is read-only
+    ] + [
+        f"{command} {shlex.join(args)} --warehouse {where} > /dev/null || exit $?"
+        for args in READ_COMMANDS
+    ]
+    done = subprocess.run(
+        ["unshare", "--mount", "sh", "-ec", "\n".join(steps)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), **NO_JAVA},
+    )
+    if done.returncode != 0 and "mount" in done.stderr and "permission denied" in done.stderr:
+        pytest.skip(f"cannot mount read-only here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    assert not (wordcount.warehouse / "probe").exists()
 
 
 @pytest.mark.parametrize(
@@ -367,21 +461,69 @@ def test_an_unreachable_spark_master_is_exit_2_in_one_line(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-@pytest.mark.parametrize("password", ["p@ss:w/rd", "s3cr@t", "a%40b#c"])
-def test_a_password_with_special_characters_is_never_printed(tmp_path, password):
-    url = f"postgresql://etl:{password}@127.0.0.1:9/etl"
-    for args in (
+SPECIAL_PASSWORDS = ["pq7@ss9@wx1", "abq:dzf/gqi#jkv?mnz%pqy", "tqx@zsv:jqw/kxz"]
+
+
+def _password_commands(url: str) -> list[tuple[str, ...]]:
+    pipeline = str(Path(__file__).parents[2] / "examples" / "wordcount" / "pipeline.py")
+    return [
         ("status", "--catalog", url),
+        ("--log-level", "debug", "status", "--catalog", url),
+        ("snapshot", "words", "--catalog", url, "--format", "json"),
+        ("sql", "SELECT * FROM words", "--catalog", url),
+        ("run", pipeline, "--once", "--param", "input_dir=x", "--catalog", url),
         ("config", "--catalog", url),
         ("config", "--format", "json"),
-    ):
+    ]
+
+
+def _assert_never_printed(password: str, text: str) -> None:
+    from urllib.parse import unquote
+
+    whole = {password, unquote(password)}
+    for secret in whole | {p for w in whole for p in re.split(r"[@:/%#?]", w) if len(p) >= 3}:
+        assert secret not in text, (secret, text)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("password", "encode"),
+    [
+        (SPECIAL_PASSWORDS[0], False),
+        (SPECIAL_PASSWORDS[0], True),
+        (SPECIAL_PASSWORDS[1], False),
+        (SPECIAL_PASSWORDS[2], True),
+    ],
+)
+def test_a_password_with_special_characters_is_never_printed(tmp_path, password, encode):
+    from urllib.parse import quote
+
+    # A server that is up but refuses the login (no such role), in every path that prints
+    # a catalog URL or a connection error: flags, the environment, config, -v log lines.
+    written = quote(password, safe="") if encode else password
+    url = f"postgresql://no_such_role_13:{written}@127.0.0.1:5432/test"
+    for args in _password_commands(url):
         result = etl(*args, cwd=tmp_path, ETL_CATALOG_URL=url, **NO_JAVA)
         text = result.stdout + result.stderr
-        from urllib.parse import unquote
+        _assert_never_printed(password, text)
+        if args[0] != "config":
+            assert result.returncode == 2, (args, text)
+            refused = "@" in written  # before connecting: the URL says to encode it
+            assert "%40" in text if refused else "127.0.0.1:5432" in text, (args, text)
+            assert len(result.stderr.strip().splitlines()) == 1, (args, text)
+        else:
+            assert result.returncode == 0 and "no_such_role_13:***@127.0.0.1" in text, text
+    assert list(tmp_path.iterdir()) == []
 
-        for secret in {password, unquote(password), *re.split(r"[@:/%#]", password)}:
-            if len(secret) >= 3:
-                assert secret not in text, (args, text)
+
+def test_a_password_is_never_printed_when_the_server_is_down(tmp_path):
+    password = SPECIAL_PASSWORDS[1]
+    url = f"postgresql://etl:{password}@127.0.0.1:9/etl"
+    for args in _password_commands(url):
+        result = etl(*args, cwd=tmp_path, ETL_CATALOG_URL=url, **NO_JAVA)
+        _assert_never_printed(password, result.stdout + result.stderr)
+        if args[0] != "config":
+            assert result.returncode == 2 and "127.0.0.1:9" in result.stderr, result.stderr
 
 
 def test_config_precedence_flags_env_file_defaults(tmp_path):
@@ -468,3 +610,81 @@ def test_catalog_upgrade_creates_nothing_and_speaks_json(tmp_path):
         "schema_version_before": SCHEMA_VERSION,
         "schema_version": SCHEMA_VERSION,
     }
+
+
+def _leaf_commands():
+    import typer
+
+    from etl.cli import app
+
+    def walk(command, path):
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            for name, sub in subcommands.items():
+                yield from walk(sub, (*path, name))
+        else:
+            yield " ".join(path), command
+
+    return list(walk(typer.main.get_command(app), ()))
+
+
+def test_every_command_has_format_json_with_table_as_the_default():
+    commands = _leaf_commands()
+    assert {"run", "recover", "catalog upgrade", "resolve", "tag create"} <= dict(commands).keys()
+    for name, command in commands:
+        (option,) = [p for p in command.params if p.name == "format"] or [None]
+        assert option is not None, f"etl {name} has no --format"
+        choices = {getattr(c, "value", c) for c in option.type_descriptor.choices}
+        assert "json" in choices and str(option.default) == "table", (name, choices)
+
+
+def test_actions_speak_json(tmp_path):
+    from catalog import JobSpec, SealRequest, TableSpec
+
+    warehouse = tmp_path / "warehouse"
+    catalog = load_catalog(warehouse=warehouse)
+    catalog.register_table(TableSpec("raw", str(warehouse / "raw"), kind="root"))
+    catalog.register_job(JobSpec("ingest", "raw", source="words"))
+    lease = catalog.acquire_lease("ingest", "me", ttl_seconds=60)
+    epoch = catalog.open_epoch().id
+    catalog.seal("ingest", lease.generation, [SealRequest("raw", epoch, 3)])
+    catalog.release_lease(lease)
+    catalog.close()
+
+    def cli(*args: str) -> object:
+        result = etl(*args, "--warehouse", warehouse, "--format", "json", cwd=tmp_path, **NO_JAVA)
+        assert result.returncode == 0, (args, result.stderr)
+        return json.loads(result.stdout)
+
+    created = cli("tag", "create", "first")
+    assert {k: created[k] for k in ("name", "epoch", "versions")} == {
+        "name": "first",
+        "epoch": epoch,
+        "versions": {"raw": 3},
+    }
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00", created["created_at"])
+    assert [t["name"] for t in cli("tag", "list")] == ["first"]
+    assert cli("tag", "delete", "first") == {"deleted": "first"}
+    assert cli("retire", "job", "ingest") == {"job": "ingest", "retired_tables": ["raw"]}
+
+
+def test_log_lines_never_carry_the_catalog_password(tmp_path):
+    password = SPECIAL_PASSWORDS[2]
+    url = f"postgresql://etl:{password}@db-host:5432/etl"
+    script = (
+        "import logging, sys\n"
+        "from etl.cli.app import configure_logging\n"
+        "configure_logging('DEBUG')\n"
+        "logging.getLogger('etl.x').error('cannot reach %s: %s', sys.argv[1], sys.argv[2])\n"
+    )
+    done = subprocess.run(
+        [os.sys.executable, "-c", script, url, password],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "ETL_CATALOG_URL": url},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ERROR etl.x: cannot reach postgresql://etl:***@db-host:5432/etl: ***" in done.stderr
+    _assert_never_printed(password, done.stderr)
