@@ -251,6 +251,7 @@ def compact(location: str, plan: CompactionPlan, *, fence: Fence) -> int | None:
         metadata={MAINTENANCE_META: "compaction"},
         partition_by=partition_by,
         removes=removes,
+        data_change=False,
     )
 
 

@@ -108,6 +108,33 @@ def test_compaction_keeps_every_retained_cut_and_drops_file_count(tmp_path, spar
             for t in ("orders", "big"):
                 got = _all_readers(r, env, t)
                 assert got["delta-rs"] == got["spark"] == got["duckdb"] == cuts[e][t], (e, t)
+    # Compaction rearranges rows already in the table (dataChange false, so streaming
+    # readers do not read them again); the jobs' commits change data.
+    changes = _data_changes(env.location("orders"))
+    compactions = [v for v, (is_compaction, _) in changes.items() if is_compaction]
+    assert compactions, changes
+    for version, (is_compaction, flags) in changes.items():
+        if is_compaction:
+            assert flags == {("add", False), ("remove", False)}, (version, flags)
+        elif flags:
+            assert {change for _, change in flags} == {True}, (version, flags)
+    assert any(("add", True) in flags for _, flags in changes.values())
+
+
+def _data_changes(location: str) -> dict[int, tuple[bool, set[tuple[str, bool]]]]:
+    """Per version of the table's log: (a compaction commit?, {(action, dataChange)})."""
+    found = {}
+    for entry in sorted(Path(location, "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in entry.read_text().splitlines() if line.strip()]
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        flags = {
+            (kind, a[kind]["dataChange"])
+            for a in actions
+            for kind in ("add", "remove")
+            if kind in a
+        }
+        found[int(entry.stem)] = (info.get(MAINTENANCE_META) == "compaction", flags)
+    return found
 
 
 def test_orphans_removed_after_safety_age_only(tmp_path, spark):
