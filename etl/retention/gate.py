@@ -12,6 +12,7 @@ commit is done: a batch waits for at most one commit, never for a whole compacti
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,25 +20,35 @@ from contextlib import contextmanager
 
 class BatchGate:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
         self._running: Counter[str] = Counter()
 
     @contextmanager
     def batch(self, job: str) -> Iterator[None]:
         """Around one batch of ``job``, from before it reads its tables to its last commit."""
-        with self._lock:
+        with self._changed:
             self._running[job] += 1
         try:
             yield
         finally:
-            with self._lock:
+            with self._changed:
                 self._running[job] -= 1
+                self._changed.notify_all()
 
     @contextmanager
-    def idle(self, job: str) -> Iterator[bool]:
-        """Whether ``job`` has no batch in flight; none starts until the block ends (keep
-        the block to one commit)."""
-        with self._lock:
+    def idle(
+        self, job: str, *, wait: float = 0.0, cancel: threading.Event | None = None
+    ) -> Iterator[bool]:
+        """Whether ``job`` has no batch in flight, after waiting up to ``wait`` seconds for
+        that (less once ``cancel`` is set); none starts until the block ends (keep the
+        block to one commit)."""
+        deadline = time.monotonic() + wait
+        with self._changed:
+            while self._running[job] and not (cancel is not None and cancel.is_set()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(min(left, 0.1))
             yield self._running[job] == 0
 
 

@@ -3,8 +3,8 @@
 
 The jobs go on meanwhile. Maintenance compacts the run's own jobs' tables under the run's
 leases, and its commits land only while the job has no batch in flight (etl/retention/
-gate.py); a compaction that loses the race to a job's commit is skipped and tried again
-next time. Nothing maintenance does can fail the run: an error is reported and the next
+gate.py: it waits a few seconds for that); a compaction that loses the race to a job's
+commit is planned again, and skipped until the next round if the job stays busy. Nothing maintenance does can fail the run: an error is reported and the next
 round tries again.
 """
 
@@ -97,7 +97,7 @@ class MaintenanceLoop:
             report = maintain(
                 self.catalog,
                 pipeline=self.pipeline,
-                held=HeldJobs(dict(self._leases()), self._gate),
+                held=HeldJobs(dict(self._leases()), self._gate, cancel=self._stop),
                 **self._options,
             )
         except Exception as exc:  # noqa: BLE001 - maintenance never stops the run

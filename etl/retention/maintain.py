@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -62,6 +63,7 @@ IN_FLIGHT_AGE = timedelta(hours=1)
 """While a job's run is live, an unreferenced file of its tables is deleted only when at
 least this old: younger ones may belong to a batch about to commit."""
 _EXPIRE_CHUNK = 500
+_COMPACTION_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,10 @@ class HeldJobs:
 
     leases: Mapping[str, Lease]
     gate: BatchGate
+    idle_wait: float = 5.0
+    """Seconds a compaction commit waits for the job to be idle before it is skipped."""
+    cancel: threading.Event | None = None
+    """Set when the run stops: nothing waits any more."""
 
 
 @dataclass
@@ -288,7 +294,6 @@ def _compact_pipeline(
         if not outputs:
             continue
         lease = held.leases.get(job.name) if held is not None else None
-        gate = held.gate if lease is not None and held is not None else None
         taken = None
         if lease is None:
             try:
@@ -309,7 +314,7 @@ def _compact_pipeline(
                     table,
                     fence,
                     _table_entry(report, table.name),
-                    gate=gate,
+                    held=held if lease is not taken else None,
                     small_file_bytes=small_file_bytes,
                     min_files=min_files,
                 )
@@ -324,41 +329,60 @@ def _compact_table(
     fence: Fence,
     entry: TableMaintenance,
     *,
-    gate: BatchGate | None,
+    held: HeldJobs | None,
     small_file_bytes: int,
     min_files: int,
 ) -> None:
+    """Compact ``table``; with ``held``, only while its job has no batch in flight, and
+    again (re-planned) when a job's commit removed one of the small files meanwhile."""
     from etl.delta.log import table_version
 
-    latest = table_version(table.location)
-    if latest is None:
-        return
-    sealed = catalog.latest_written([table.name]).get(table.name)
-    if sealed is None or sealed.delta_version is None:
-        return
-    processed = catalog.latest_processed([table.name]).get(table.name)
-    if (processed is not None and processed.epoch > sealed.epoch) or latest < sealed.delta_version:
-        entry.skipped.append("compaction: an epoch is in flight")
-        return
-    plan = plan_compaction(table.location, small_file_bytes=small_file_bytes, min_files=min_files)
-    if not plan.groups:
-        return
-    rewrite = rewrite_small_files(table.location, plan)
-    lost: str | None = None
-    with gate.idle(fence.job) if gate is not None else nullcontext(True) as idle:
-        if not idle:
-            lost = f"a batch of job {fence.job!r} is running"
-        else:
-            try:
-                commit_rewrite(rewrite, fence=fence)
-            except (CommitConflictError, FencedError, DeltaIOError) as exc:
-                lost = str(exc)
-    if lost is not None:
+    def idle():
+        if held is None:
+            return nullcontext(True)
+        return held.gate.idle(fence.job, wait=held.idle_wait, cancel=held.cancel)
+
+    busy = f"a batch of job {fence.job!r} kept running"
+    lost = busy
+    for _ in range(_COMPACTION_ATTEMPTS):
+        with idle() as free:
+            pass
+        if not free:
+            break
+        latest = table_version(table.location)
+        sealed = catalog.latest_written([table.name]).get(table.name)
+        if latest is None or sealed is None or sealed.delta_version is None:
+            return
+        processed = catalog.latest_processed([table.name]).get(table.name)
+        if (processed is not None and processed.epoch > sealed.epoch) or (
+            latest < sealed.delta_version
+        ):
+            lost = "an epoch is in flight"
+            break
+        plan = plan_compaction(
+            table.location, small_file_bytes=small_file_bytes, min_files=min_files
+        )
+        if not plan.groups:
+            return
+        rewrite = rewrite_small_files(table.location, plan)
+        again = False
+        with idle() as free:
+            if not free:
+                lost = busy
+            else:
+                try:
+                    commit_rewrite(rewrite, fence=fence)
+                    entry.compacted_files += plan.files_in
+                    entry.compacted_into += len(plan.groups)
+                    return
+                except CommitConflictError as exc:
+                    lost, again = str(exc), True
+                except (FencedError, DeltaIOError) as exc:
+                    lost = str(exc)
         discard_rewrite(rewrite)
-        entry.skipped.append(f"compaction: {lost}; tried again next time")
-        return
-    entry.compacted_files += plan.files_in
-    entry.compacted_into += len(plan.groups)
+        if not again:
+            break
+    entry.skipped.append(f"compaction: {lost}; tried again next time")
 
 
 def _aware(ts: datetime) -> datetime:
