@@ -19,8 +19,9 @@ PRODUCT.md, "Retention, pins and tags". Safe while pipelines run:
   when the lease is free (or the caller's run holds it: ``held``, maintenance inside
   ``etl run --continuous``, whose commits land only while the job has no batch in flight,
   etl/retention/gate.py) and the table has nothing in flight. A job held by another live
-  run is skipped and reported. A compaction that loses to a job's commit is skipped (its
-  new files deleted) and tried again by the next run of maintenance.
+  run is skipped and reported. A compaction that loses to a job's commit (which removed
+  one of its small files) deletes its new files and is planned again, a few times, then
+  left to the next run of maintenance; it never fails the job.
 - **Log upkeep** checkpoints the latest version and deletes log entries older than the
   oldest kept version (after a checkpoint at exactly that version).
 """
