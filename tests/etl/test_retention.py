@@ -456,6 +456,19 @@ def test_etl_run_continuous_maintains_on_an_interval(tmp_path):
     result = json.loads(stdout)
     assert not result["failures"] and result["epochs_opened"]
     assert _sealed_after_compaction(catalog), "no epoch sealed after a compaction in 300 s"
+    # compactions say dataChange false; the jobs' appends, merges and overwrites true
+    for table in WORDCOUNT_TABLES:
+        for version, (is_compaction, flags) in _data_changes(
+            catalog.get_table(table).location
+        ).items():
+            assert {change for _, change in flags} <= {not is_compaction}, (table, version)
+    changed = {
+        kind
+        for _, flags in _data_changes(catalog.get_table("word_counts").location).values()
+        for kind, change in flags
+        if change
+    }
+    assert changed == {"add", "remove"}  # the merge's copy-on-write removes change data
     # the run kept sealing epochs: every table sealed every epoch it opened (or coalesced
     # it into a later one, when a job fell behind), and the last one is COMMIT
     opened = [e["epoch"] for e in result["epochs_opened"]]
