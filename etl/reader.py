@@ -24,6 +24,7 @@ from sqlglot.optimizer.scope import build_scope
 from catalog import Catalog, CatalogReadOnlyError, UnknownTableError, as_utc
 from consistency import Level, Snapshot, parse_level, resolve_snapshot
 from etl.delta import read_arrow, read_table, table_version
+from etl.delta.maintenance import same_rows_version
 from etl.errors import SqlTablesError, UsageError
 
 log = logging.getLogger(__name__)
@@ -231,6 +232,7 @@ class SnapshotReader:
         self._connections: list[duckdb.DuckDBPyConnection] = []
         self._attached: list[str] = []
         self._closed = False
+        self._read_at: dict[str, int] = {}
 
     # -- lifetime ----------------------------------------------------------------------
 
@@ -336,9 +338,20 @@ class SnapshotReader:
         """The table as a Spark DataFrame at the snapshot's version."""
         return self._read(self._spark_session(), name)
 
+    def read_version(self, name: str) -> int | None:
+        """The version ``name`` is read at: the snapshot's, or the newest one after it
+        whose commits changed no row (compaction), which holds the same rows in fewer
+        files and is kept whenever the snapshot's is (etl/delta/maintenance.py)."""
+        version = self.snapshot.versions[name]
+        if version is None:
+            return None
+        if name not in self._read_at:
+            self._read_at[name] = same_rows_version(self._locations[name], version)
+        return self._read_at[name]
+
     def _read(self, session: SparkSession, name: str) -> DataFrame:
         location = self._check(name)
-        version = self.snapshot.versions[name]
+        version = self.read_version(name)
         if version is None:
             # Nothing of the table is visible at this level yet (e.g. read-committed before
             # its first sealed epoch): empty, never its uncommitted latest version.
@@ -379,7 +392,7 @@ class SnapshotReader:
         connection = _duckdb_connection()
         self._connections.append(connection)
         for name, location in self._locations.items():
-            version = self.snapshot.versions[name]
+            version = self.read_version(name)
             view = _quote_duckdb(name)
             if version is None:
                 empty = self.arrow(name)
@@ -450,7 +463,7 @@ class SnapshotReader:
     def arrow(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
         """The table as Arrow through delta-rs, without Spark (small data)."""
         location = self._check(name)
-        version = self.snapshot.versions[name]
+        version = self.read_version(name)
         if version is None:
             import pyarrow as pa
             from deltalake import Schema

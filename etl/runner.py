@@ -38,6 +38,7 @@ from etl.engine.commit import next_attempt
 from etl.errors import InternalError, JobError, PipelineBusyError
 from etl.leases import LeaseKeeper, make_owner, owner_state
 from etl.pipeline import Job, Pipeline
+from etl.retention.gate import BatchGate
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +142,6 @@ def undeclared_jobs(pipeline: Pipeline, catalog: Catalog, name: str) -> tuple[st
 class Runner:
     """Runs one pipeline against one catalog and warehouse."""
 
-    maintenance_interval: float | None = None
-    """Seconds between retention maintenance runs inside a continuous run (issue 11): it
-    runs between batches, under the run's own leases, so it never fails a job's commit."""
-    maintenance_options: dict = {}  # noqa: RUF012 - keyword arguments of maintain()
-    _maintained_at: float = 0.0
-
     def __init__(
         self,
         pipeline: Pipeline,
@@ -174,6 +169,8 @@ class Runner:
         self._registered = False
         self._catalog_pipeline: str | None = None
         self._running: dict[str, EpochBatch] = {}
+        self.gate = BatchGate()
+        """Every batch passes it: maintenance in this process commits only to idle jobs."""
         self.undeclared: tuple[str, ...] = ()
         """Active jobs registered in the pipeline that its file no longer declares."""
 
@@ -223,6 +220,13 @@ class Runner:
                 owner_state=owner_state(exc.owner),
             ) from exc
         self._keeper = keeper
+
+    def leases(self) -> dict[str, Lease]:
+        """The leases this runner holds now, by job."""
+        keeper = self._keeper
+        if keeper is None:
+            return {}
+        return {job.name: keeper.lease(job.name) for job in self.pipeline.ordered_jobs()}
 
     @property
     def taken_over(self) -> list[Lease]:
@@ -400,9 +404,10 @@ class Runner:
             self._running[job.name] = batch
             try:
                 attempts[job.name] = next_attempt(self.catalog, self.pipeline.tables_of(job), batch)
-                result = self.engine.run_batch(
-                    job, batch, self._lease(job), check_lease=self._lease_check(job)
-                )
+                with self.gate.batch(job.name):
+                    result = self.engine.run_batch(
+                        job, batch, self._lease(job), check_lease=self._lease_check(job)
+                    )
             finally:
                 self._running.pop(job.name, None)
             if self.on_batch:
@@ -417,8 +422,6 @@ class Runner:
             thread_name_prefix="job",
         ) as pool:
             while True:
-                if not running:  # no batch in flight: every table is sealed or idle
-                    self._maybe_maintain()
                 if opening() and time.monotonic() >= next_epoch_at:
                     opened.append(self.open_epoch())
                     next_epoch_at = time.monotonic() + (epoch_interval or 0.0)
@@ -453,21 +456,6 @@ class Runner:
         return RunResult(
             epochs_opened=tuple(opened), batches=tuple(results), failures=tuple(failures)
         )
-
-    def _maybe_maintain(self) -> None:
-        """Retention maintenance while no batch runs (etl/retention/maintain.py)."""
-        if self.maintenance_interval is None or self._keeper is None:
-            return
-        if time.monotonic() - self._maintained_at < self.maintenance_interval:
-            return
-        from etl.retention.maintain import maintain
-
-        held = {job.name: self._lease(job) for job in self.pipeline.ordered_jobs()}
-        try:
-            maintain(self.catalog, held_leases=held, **self.maintenance_options)
-        except Exception as exc:  # maintenance never stops the run
-            log.warning("retention maintenance failed: %s", exc)
-        self._maintained_at = time.monotonic()
 
     def _record_failure(
         self, job: Job, epoch: int | None, exc: BaseException, attempt: int | None = None

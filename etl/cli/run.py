@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import signal
 import threading
@@ -50,6 +52,14 @@ def run(
     max_epochs: Annotated[
         int | None, typer.Option(help="With --continuous: stop after this many epochs.", min=1)
     ] = None,
+    maintenance_interval: Annotated[
+        float | None,
+        typer.Option(
+            help="With --continuous: run `etl maintain PIPELINE` every SECONDS inside this "
+            "run (off by default); the jobs go on meanwhile.",
+            min=1.0,
+        ),
+    ] = None,
     param: Annotated[
         list[str], typer.Option("--param", help="Pipeline parameter key=value (repeatable).")
     ] = [],  # noqa: B006 - typer needs a literal default
@@ -94,6 +104,11 @@ def run(
         raise UsageError("--max-epochs goes with --continuous, not --once")
     if once and epoch_interval is not None:
         raise UsageError("--epoch-interval goes with --continuous, not --once")
+    if once and maintenance_interval is not None:
+        raise UsageError(
+            "--maintenance-interval goes with --continuous, not --once "
+            "(after a run --once, run `etl maintain` itself)"
+        )
     _quiet(verbose)
     pipeline = _load(pipeline_file, param)
     from etl.runner import Runner
@@ -130,17 +145,21 @@ def run(
             f"{runner.catalog_pipeline!r} but {escape(str(pipeline_file))} no longer declares "
             f"it; its tables hold the pipeline's COMMIT back. Retire it: etl retire job {job}"
         )
+    upkeep = _maintenance(runner, catalog, maintenance_interval)
     try:
         with progress:
             if once:
                 result = runner.run_once()
             else:
-                result = runner.run_continuous(
-                    epoch_interval=epoch_interval or 10.0, stop=stopping, max_epochs=max_epochs
-                )
+                with upkeep or contextlib.nullcontext():
+                    result = runner.run_continuous(
+                        epoch_interval=epoch_interval or 10.0,
+                        stop=stopping,
+                        max_epochs=max_epochs,
+                    )
     finally:
         runner.release()
-    _report(result, runner, fmt=format)
+    _report(result, runner, fmt=format, maintenance=upkeep.totals if upkeep else None)
     if verbose:
         import traceback
 
@@ -236,11 +255,37 @@ def _handle_signals(runner, stopping: threading.Event) -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def _report(result, runner, *, fmt: str) -> None:
+def _maintenance(runner, catalog: Catalog, interval: float | None):
+    """The maintenance loop of a continuous run (None without --maintenance-interval);
+    each round says on stderr what it did."""
+    if interval is None:
+        return None
+    from etl.retention.in_run import MaintenanceLoop
+
+    def said(report, error) -> None:
+        if error is not None:
+            err.print(
+                f"[yellow]maintenance failed[/] (tried again next round): {escape(str(error))}"
+            )
+        else:
+            err.print("maintenance: " + escape(report.summary()))
+
+    return MaintenanceLoop(
+        catalog,
+        pipeline=runner.catalog_pipeline,
+        interval=interval,
+        leases=runner.leases,
+        gate=runner.gate,
+        on_round=said,
+    )
+
+
+def _report(result, runner, *, fmt: str, maintenance=None) -> None:
     if fmt == "json":
-        print_json(
-            _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
-        )
+        data = _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
+        if maintenance is not None:
+            data["maintenance"] = dataclasses.asdict(maintenance)
+        print_json(data)
     for step in result.recovered:
         err.print(f"recovered {step.table}: {step.action} epoch(s) {list(step.epochs)}")
     sealed = [b for b in result.batches if b.sealed]
@@ -264,6 +309,8 @@ def _report(result, runner, *, fmt: str) -> None:
             )
     for failure in result.failures:
         err.print("[bold red]failed:[/] " + escape(failure.error))
+    if maintenance is not None:
+        err.print(escape(maintenance.summary()))
 
 
 def _result_json(result, pipeline, pipeline_name: str, undeclared: Sequence[str]) -> dict:

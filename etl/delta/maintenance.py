@@ -78,21 +78,60 @@ def _log_versions(fs: pafs.FileSystem, root: str) -> tuple[list[int], dict[int, 
     return sorted(commits), checkpoints
 
 
-def _actions(fs: pafs.FileSystem, root: str, version: int) -> Iterable[tuple[str, str]]:
+@dataclass(frozen=True)
+class _Entry:
+    """One commit of the log: the files it adds and removes, and whether the version it
+    makes holds the same rows as the one before."""
+
+    files: tuple[tuple[str, str], ...]
+    """(``add`` or ``remove``, decoded path)."""
+    same_rows: bool
+    """Every file it adds or removes has dataChange false (compaction; Delta protocol, "Add
+    File and Remove File"), or it has none (a job's claim), and it changes no schema or
+    protocol."""
+
+
+def _entry(fs: pafs.FileSystem, root: str, version: int) -> _Entry:
     with fs.open_input_stream(f"{root}/{LOG_DIR}/{version:020d}.json") as stream:
         text = stream.read().decode()
+    files = []
+    data_change = False
+    other = False
     for line in text.splitlines():
         if not line.strip():
             continue
         action = json.loads(line)
+        other = other or "metaData" in action or "protocol" in action
         for kind in ("add", "remove"):
             if kind in action:
-                yield kind, unquote(action[kind]["path"])
+                files.append((kind, unquote(action[kind]["path"])))
+                data_change = data_change or action[kind].get("dataChange", True) is not False
+    return _Entry(tuple(files), not data_change and not other)
+
+
+def same_rows_version(location: str, version: int) -> int:
+    """The newest version from ``version`` on reached through commits that changed no row
+    (compaction, a job's claim): it reads the same rows as ``version``, from fewer files.
+
+    Vacuum keeps these versions whenever it keeps ``version`` (:func:`referenced_files`),
+    so a reader protected at ``version`` may read them instead.
+    """
+    location = normalize_location(location)
+    fs, root = filesystem(location)
+    while True:
+        try:
+            entry = _entry(fs, root, version + 1)
+        except FileNotFoundError:
+            return version
+        if not entry.same_rows:
+            return version
+        version += 1
 
 
 def referenced_files(location: str, keep_versions: Iterable[int], *, keep_from: int) -> Referenced:
-    """The files active at any version in ``keep_versions`` or at any version from
-    ``keep_from`` on (the latest sealed state and everything after it: batches in flight).
+    """The files active at any version in ``keep_versions``, at any version from
+    ``keep_from`` on (the latest sealed state and everything after it: batches in flight),
+    and at the versions that only rearranged the rows of a kept one (compaction).
 
     Loads the table once at the oldest kept version and replays the JSON entries after it.
     """
@@ -110,8 +149,10 @@ def referenced_files(location: str, keep_versions: Iterable[int], *, keep_from: 
     if first in kept or first >= keep_from:
         result.needed |= pending
         pending.clear()
+    previous_kept = first in kept or first >= keep_from
     for version in range(first + 1, latest + 1):
-        for kind, path in _actions(fs, root, version):
+        entry = _entry(fs, root, version)
+        for kind, path in entry.files:
             result.known.add(path)
             if kind == "add":
                 active.add(path)
@@ -120,7 +161,12 @@ def referenced_files(location: str, keep_versions: Iterable[int], *, keep_from: 
             else:
                 active.discard(path)
                 pending.discard(path)
-        if version in kept or version >= keep_from:
+        # A version holding a kept version's rows is kept with it: readers of the kept
+        # one may read it instead (same_rows_version).
+        previous_kept = (
+            version in kept or version >= keep_from or (previous_kept and entry.same_rows)
+        )
+        if previous_kept:
             result.needed |= pending
             pending.clear()
     return result
@@ -202,14 +248,24 @@ def plan_compaction(
     return CompactionPlan(groups=groups, version=table.version())
 
 
-def compact(location: str, plan: CompactionPlan, *, fence: Fence) -> int | None:
-    """Rewrite each group of ``plan`` into one file, in one commit of ``fence``'s job that
-    removes the small files; rows and their ``_epoch`` are unchanged. Returns the new
-    version (None when there was nothing to do). CommitConflictError when another commit
-    removed one of the files meanwhile (nothing is lost: the rewritten files are orphans).
-    """
-    if not plan.groups:
-        return None
+@dataclass(frozen=True)
+class Rewrite:
+    """Files written by :func:`rewrite_small_files`, not committed yet."""
+
+    location: str
+    plan: CompactionPlan
+    files: tuple[DataFile, ...]
+    schema: pa.Schema
+    partition_by: tuple[str, ...]
+
+    @property
+    def removes(self) -> tuple[str, ...]:
+        return tuple(path for group in self.plan.groups for path in group)
+
+
+def rewrite_small_files(location: str, plan: CompactionPlan) -> Rewrite:
+    """Write each group of ``plan`` as one file (rows and their ``_epoch`` unchanged);
+    nothing is committed: see :func:`commit_rewrite`, or :func:`discard_rewrite`."""
     location = normalize_location(location)
     table = open_table(location, version=plan.version, operation="compact")
     partition_by = list(table.metadata().partition_columns)
@@ -218,7 +274,6 @@ def compact(location: str, plan: CompactionPlan, *, fence: Fence) -> int | None:
     current = {f.path: f for f in active_files(table)}
     fs, root = filesystem(location)
     written: list[DataFile] = []
-    removes: list[str] = []
     for group in plan.groups:
         parts = [pq.read_table(f"{root}/{path}", filesystem=fs) for path in group]
         rows = pa.concat_tables([p.select(file_schema.names).cast(file_schema) for p in parts])
@@ -241,17 +296,30 @@ def compact(location: str, plan: CompactionPlan, *, fence: Fence) -> int | None:
                 modification_time=int(time.time() * 1000),
             )
         )
-        removes.extend(group)
+    return Rewrite(location, plan, tuple(written), schema, tuple(partition_by))
+
+
+def commit_rewrite(rewrite: Rewrite, *, fence: Fence) -> int:
+    """Commit ``rewrite`` as one commit of ``fence``'s job that adds the new files and
+    removes the small ones, every action with dataChange false; returns the new version.
+    CommitConflictError when another commit removed one of the small files meanwhile
+    (nothing is lost: call :func:`discard_rewrite`)."""
     return commit_files(
-        location,
-        written,
-        schema=schema,
+        rewrite.location,
+        rewrite.files,
+        schema=rewrite.schema,
         mode="append",
         fence=fence,
         metadata={MAINTENANCE_META: "compaction"},
-        partition_by=partition_by,
-        removes=removes,
+        partition_by=rewrite.partition_by,
+        removes=rewrite.removes,
+        data_change=False,
     )
+
+
+def discard_rewrite(rewrite: Rewrite) -> None:
+    """Delete the files of a rewrite that was not committed."""
+    delete_paths(rewrite.location, [f.path for f in rewrite.files])
 
 
 # -- the log -------------------------------------------------------------------------------
@@ -340,13 +408,17 @@ __all__ = [
     "CompactionPlan",
     "LogUpkeep",
     "Referenced",
+    "Rewrite",
     "StoredFile",
-    "compact",
+    "commit_rewrite",
     "delete_paths",
+    "discard_rewrite",
     "log_size",
     "log_upkeep",
     "plan_compaction",
     "referenced_files",
+    "rewrite_small_files",
+    "same_rows_version",
     "staging_dirs",
     "stored_files",
 ]

@@ -375,7 +375,7 @@ def _check_schema(table: DeltaTable, location: str, schema: pa.Schema) -> None:
 
 
 def _remove_actions(
-    table: DeltaTable, location: str, removes: Sequence[DataFile | str]
+    table: DeltaTable, location: str, removes: Sequence[DataFile | str], *, data_change: bool
 ) -> list[RemoveAction]:
     current = {f.path: f for f in active_files(table)}
     paths = [remove if isinstance(remove, str) else remove.path for remove in removes]
@@ -391,7 +391,7 @@ def _remove_actions(
     return [
         RemoveAction(
             path,
-            True,
+            data_change,
             now,
             current[path].size,
             _serialized_partition_values(current[path].partition_values),
@@ -409,14 +409,14 @@ def _serialized_partition_values(values: Mapping[str, object]) -> dict[str, str 
         return None
 
 
-def _add_action(file: DataFile) -> AddAction:
+def _add_action(file: DataFile, *, data_change: bool) -> AddAction:
     # delta-rs URL-encodes the path when it writes the log.
     return AddAction(
         path=file.path,
         size=file.size,
         partition_values=dict(file.partition_values),
         modification_time=file.modification_time,
-        data_change=True,
+        data_change=data_change,
         stats=file.stats,
     )
 
@@ -531,6 +531,7 @@ def commit_files(
     metadata: Mapping[str, str | int | bool],
     partition_by: Sequence[str] = (),
     removes: Sequence[DataFile | str] = (),
+    data_change: bool = True,
 ) -> int:
     """Commit written files to the Delta log under ``fence``; returns the version holding them.
 
@@ -538,7 +539,9 @@ def commit_files(
     removes every current file; ``removes`` (paths or DataFiles) are removed in the same
     commit (copy-on-write) and must all still be in the version committed on, else
     CommitConflictError (the caller re-plans from the new version). ``metadata`` goes into
-    commitInfo with the job, its generation and a commit id.
+    commitInfo with the job, its generation and a commit id. ``data_change=False`` marks
+    every add and remove as a rearrangement of rows already in the table (compaction; Delta
+    protocol, "Add File and Remove File": streaming readers do not read such files again).
 
     The commit is applied to the latest version V only if V records no newer generation
     of the job (FencedError), and only as version V + 1. When another writer took V + 1
@@ -558,7 +561,7 @@ def commit_files(
         )
     commit_id = uuid.uuid4().hex
     properties = _properties(fence, {**metadata, META_COMMIT_ID: commit_id})
-    adds = [_add_action(f) for f in files]
+    adds = [_add_action(f, data_change=data_change) for f in files]
     if not DeltaTable.is_deltatable(location):
         if removes:
             raise CommitConflictError(
@@ -601,7 +604,7 @@ def commit_files(
             )
         actions: list[AddAction | RemoveAction] = [
             *adds,
-            *_remove_actions(table, location, removes),
+            *_remove_actions(table, location, removes, data_change=data_change),
         ]
         try:
             table.create_write_transaction(

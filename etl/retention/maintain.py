@@ -16,8 +16,12 @@ PRODUCT.md, "Retention, pins and tags". Safe while pipelines run:
   staging directories go only after ``orphan_age``, and a staging directory only while
   its writer job's lease is not held by a live run.
 - **Compaction** rewrites small files of a job's tables under that job's lease: only
-  when the lease is free (or the caller holds it, between batches of a continuous run)
-  and the table has nothing in flight. A job held by a live run is skipped and reported.
+  when the lease is free (or the caller's run holds it: ``held``, maintenance inside
+  ``etl run --continuous``, whose commits land only while the job has no batch in flight,
+  etl/retention/gate.py) and the table has nothing in flight. A job held by another live
+  run is skipped and reported. A compaction that loses to a job's commit (which removed
+  one of its small files) deletes its new files and is planned again, a few times, then
+  left to the next run of maintenance; it never fails the job.
 - **Log upkeep** checkpoints the latest version and deletes log entries older than the
   oldest kept version (after a checkpoint at exactly that version).
 """
@@ -27,9 +31,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -37,16 +43,19 @@ from catalog import Catalog, EpochState, Lease, LeaseHeldError
 from consistency.retention import EpochPoint, Retention, expired_epochs
 from etl.delta.maintenance import (
     LOG_GRACE,
-    compact,
+    commit_rewrite,
     delete_paths,
+    discard_rewrite,
     log_upkeep,
     plan_compaction,
     referenced_files,
+    rewrite_small_files,
     staging_dirs,
     stored_files,
 )
 from etl.delta.write import Fence
-from etl.errors import CommitConflictError, DeltaIOError
+from etl.errors import CommitConflictError, DeltaIOError, FencedError
+from etl.retention.gate import BatchGate
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +64,20 @@ IN_FLIGHT_AGE = timedelta(hours=1)
 """While a job's run is live, an unreferenced file of its tables is deleted only when at
 least this old: younger ones may belong to a batch about to commit."""
 _EXPIRE_CHUNK = 500
+_COMPACTION_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class HeldJobs:
+    """The jobs of a run that maintenance runs inside: their leases (compaction commits
+    carry their fences) and the gate their batches pass (commits wait for idle jobs)."""
+
+    leases: Mapping[str, Lease]
+    gate: BatchGate
+    idle_wait: float = 5.0
+    """Seconds a compaction commit waits for the job to be idle before it is skipped."""
+    cancel: threading.Event | None = None
+    """Set when the run stops: nothing waits any more."""
 
 
 @dataclass
@@ -90,10 +113,41 @@ class MaintenanceReport:
     def bytes_removed(self) -> int:
         return sum(t.bytes_removed for t in self.tables)
 
+    @property
+    def compacted_files(self) -> int:
+        return sum(t.compacted_files for t in self.tables)
+
+    @property
+    def compacted_into(self) -> int:
+        return sum(t.compacted_into for t in self.tables)
+
+    @property
+    def log_entries_removed(self) -> int:
+        return sum(t.log_entries_removed for t in self.tables)
+
+    @property
+    def skipped(self) -> list[str]:
+        return [f"{t.table}: {reason}" for t in self.tables for reason in t.skipped]
+
+    def summary(self) -> str:
+        """What it did (or would do), in one line."""
+        verb = "would remove" if self.dry_run else "removed"
+        parts = [
+            f"{len(self.epochs_expired)} epoch(s) {'to expire' if self.dry_run else 'expired'}",
+            f"compacted {self.compacted_files} file(s) into {self.compacted_into}",
+            f"{verb} {self.files_removed} file(s) ({self.bytes_removed:,} bytes) and "
+            f"{self.log_entries_removed} log entries",
+        ]
+        skipped = self.skipped
+        return ", ".join(parts) + (f"; skipped: {'; '.join(skipped)}" if skipped else "")
+
     def to_json(self) -> dict:
         data = asdict(self)
         data["files_removed"] = self.files_removed
         data["bytes_removed"] = self.bytes_removed
+        data["compacted_files"] = self.compacted_files
+        data["compacted_into"] = self.compacted_into
+        data["log_entries_removed"] = self.log_entries_removed
         return data
 
 
@@ -158,12 +212,12 @@ def maintain(
     compaction: bool = True,
     small_file_bytes: int = 16 << 20,
     min_files: int = 4,
-    held_leases: Mapping[str, Lease] | None = None,
+    held: HeldJobs | None = None,
     lease_ttl_seconds: float = 60.0,
 ) -> MaintenanceReport:
     """Run maintenance for one pipeline (every pipeline when None); see the module doc.
 
-    ``held_leases``: the leases a running runner holds (maintenance between its batches);
+    ``held``: the jobs of the run this maintenance runs inside (etl/retention/in_run.py);
     other jobs' leases are taken for compaction only if free. ``now`` is the clock the
     policy is applied at (default: the wall clock, UTC).
     """
@@ -188,7 +242,7 @@ def maintain(
                 catalog,
                 name,
                 report,
-                held_leases=held_leases or {},
+                held=held,
                 small_file_bytes=small_file_bytes,
                 min_files=min_files,
                 lease_ttl_seconds=lease_ttl_seconds,
@@ -209,7 +263,6 @@ def maintain(
                     dry_run=dry_run,
                     orphan_age=orphan_age,
                     log_grace=log_grace,
-                    held_leases=held_leases or {},
                 )
             except DeltaIOError as exc:
                 entry.skipped.append(f"vacuum: {exc}")
@@ -230,7 +283,7 @@ def _compact_pipeline(
     pipeline: str,
     report: MaintenanceReport,
     *,
-    held_leases: Mapping[str, Lease],
+    held: HeldJobs | None,
     small_file_bytes: int,
     min_files: int,
     lease_ttl_seconds: float,
@@ -241,7 +294,7 @@ def _compact_pipeline(
         outputs = [t for t in tables if t.writer_job == job.name]
         if not outputs:
             continue
-        lease = held_leases.get(job.name)
+        lease = held.leases.get(job.name) if held is not None else None
         taken = None
         if lease is None:
             try:
@@ -262,6 +315,7 @@ def _compact_pipeline(
                     table,
                     fence,
                     _table_entry(report, table.name),
+                    held=held if lease is not taken else None,
                     small_file_bytes=small_file_bytes,
                     min_files=min_files,
                 )
@@ -270,29 +324,66 @@ def _compact_pipeline(
                 catalog.release_lease(taken)
 
 
-def _compact_table(catalog, table, fence, entry, *, small_file_bytes, min_files) -> None:
+def _compact_table(
+    catalog: Catalog,
+    table,
+    fence: Fence,
+    entry: TableMaintenance,
+    *,
+    held: HeldJobs | None,
+    small_file_bytes: int,
+    min_files: int,
+) -> None:
+    """Compact ``table``; with ``held``, only while its job has no batch in flight, and
+    again (re-planned) when a job's commit removed one of the small files meanwhile."""
     from etl.delta.log import table_version
 
-    latest = table_version(table.location)
-    if latest is None:
-        return
-    sealed = catalog.latest_written([table.name]).get(table.name)
-    if sealed is None or sealed.delta_version is None:
-        return
-    processed = catalog.latest_processed([table.name]).get(table.name)
-    if (processed is not None and processed.epoch > sealed.epoch) or latest < sealed.delta_version:
-        entry.skipped.append("compaction: an epoch is in flight")
-        return
-    plan = plan_compaction(table.location, small_file_bytes=small_file_bytes, min_files=min_files)
-    if not plan.groups:
-        return
-    try:
-        compact(table.location, plan, fence=fence)
-    except CommitConflictError as exc:
-        entry.skipped.append(f"compaction: {exc}")
-        return
-    entry.compacted_files += plan.files_in
-    entry.compacted_into += len(plan.groups)
+    def idle():
+        if held is None:
+            return nullcontext(True)
+        return held.gate.idle(fence.job, wait=held.idle_wait, cancel=held.cancel)
+
+    busy = f"a batch of job {fence.job!r} kept running"
+    lost = busy
+    for _ in range(_COMPACTION_ATTEMPTS):
+        with idle() as free:
+            pass
+        if not free:
+            break
+        latest = table_version(table.location)
+        sealed = catalog.latest_written([table.name]).get(table.name)
+        if latest is None or sealed is None or sealed.delta_version is None:
+            return
+        processed = catalog.latest_processed([table.name]).get(table.name)
+        if (processed is not None and processed.epoch > sealed.epoch) or (
+            latest < sealed.delta_version
+        ):
+            lost = "an epoch is in flight"
+            break
+        plan = plan_compaction(
+            table.location, small_file_bytes=small_file_bytes, min_files=min_files
+        )
+        if not plan.groups:
+            return
+        rewrite = rewrite_small_files(table.location, plan)
+        again = False
+        with idle() as free:
+            if not free:
+                lost = busy
+            else:
+                try:
+                    commit_rewrite(rewrite, fence=fence)
+                    entry.compacted_files += plan.files_in
+                    entry.compacted_into += len(plan.groups)
+                    return
+                except CommitConflictError as exc:
+                    lost, again = str(exc), True
+                except (FencedError, DeltaIOError) as exc:
+                    lost = str(exc)
+        discard_rewrite(rewrite)
+        if not again:
+            break
+    entry.skipped.append(f"compaction: {lost}; tried again next time")
 
 
 def _aware(ts: datetime) -> datetime:
@@ -309,18 +400,14 @@ def _vacuum_table(
     dry_run: bool,
     orphan_age: timedelta,
     log_grace: timedelta,
-    held_leases: Mapping[str, Lease],
 ) -> None:
     from etl.delta.log import table_version
 
     if table_version(info.location) is None:
         return
     lease = catalog.get_lease(info.writer_job) if info.writer_job else None
-    writer_live = (
-        lease is not None
-        and info.writer_job not in held_leases
-        and _aware(lease.expires_at) > datetime.now(UTC)
-    )
+    # The run maintenance runs inside is live too: a batch of it may start at any time.
+    writer_live = lease is not None and _aware(lease.expires_at) > datetime.now(UTC)
     # Storage is listed before the log is read: a file committed meanwhile is not in the
     # listing, so it cannot be mistaken for an orphan. A file written but not committed
     # yet by a live writer looks like an orphan; only its age tells, so while the writer
@@ -358,6 +445,7 @@ def _vacuum_table(
 
 __all__ = [
     "DEFAULT_ORPHAN_AGE",
+    "HeldJobs",
     "IN_FLIGHT_AGE",
     "MaintenanceReport",
     "TableMaintenance",

@@ -7,7 +7,7 @@ snapshot needs are protected from cleanup while it is open. The catalog serializ
 creation with expiry (``Catalog.create_pin`` raises EpochExpiredError for an expired
 epoch). A read-committed cut names no single epoch: its pin is taken first and then its
 tables' epochs are checked not expired, which maintenance's order (expiries read before
-pins) makes race-free; see etl/retention/vacuum.py.
+pins) makes race-free; see etl/retention/maintain.py.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -15,11 +16,13 @@ import duckdb
 import pytest
 from deltalake import DeltaTable
 
-from catalog import EpochExpiredError, load_catalog
+from catalog import EpochExpiredError, EpochState, load_catalog
 from etl import Retention, snapshot
 from etl.delta.log import active_files
 from etl.delta.maintenance import MAINTENANCE_META, stored_files
-from etl.retention.maintain import maintain
+from etl.retention.gate import BatchGate
+from etl.retention.in_run import MaintenanceLoop
+from etl.retention.maintain import HeldJobs, maintain
 from tests.support.retention_env import BASE, Env
 
 pytestmark = [pytest.mark.retention, pytest.mark.spark]
@@ -44,7 +47,7 @@ def _duckdb(location: str, version: int) -> list[tuple]:
 
 
 def _all_readers(reader, env: Env, table: str) -> dict[str, list[tuple]]:
-    version = reader.versions[table]
+    version = reader.read_version(table)
     spark_rows = sorted(
         tuple(r) for r in reader.table(table).select("id", "amount", "_epoch").collect()
     )
@@ -108,6 +111,65 @@ def test_compaction_keeps_every_retained_cut_and_drops_file_count(tmp_path, spar
             for t in ("orders", "big"):
                 got = _all_readers(r, env, t)
                 assert got["delta-rs"] == got["spark"] == got["duckdb"] == cuts[e][t], (e, t)
+    # Compaction rearranges rows already in the table (dataChange false, so streaming
+    # readers do not read them again); the jobs' commits change data.
+    changes = _data_changes(env.location("orders"))
+    compactions = [v for v, (is_compaction, _) in changes.items() if is_compaction]
+    assert compactions, changes
+    for version, (is_compaction, flags) in changes.items():
+        if is_compaction:
+            assert flags == {("add", False), ("remove", False)}, (version, flags)
+        elif flags:
+            assert {change for _, change in flags} == {True}, (version, flags)
+    assert any(("add", True) in flags for _, flags in changes.values())
+
+
+def _data_changes(location: str) -> dict[int, tuple[bool, set[tuple[str, bool]]]]:
+    """Per version of the table's log: (a compaction commit?, {(action, dataChange)})."""
+    found = {}
+    for entry in sorted(Path(location, "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in entry.read_text().splitlines() if line.strip()]
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        flags = {
+            (kind, a[kind]["dataChange"])
+            for a in actions
+            for kind in ("add", "remove")
+            if kind in a
+        }
+        found[int(entry.stem)] = (info.get(MAINTENANCE_META) == "compaction", flags)
+    return found
+
+
+def test_a_cut_reads_its_compacted_version_and_vacuum_keeps_it(tmp_path, spark):
+    """A cut is read at the newest version after it whose commits changed no row (here a
+    compaction), from fewer files; that version's files stay while the cut is kept, even
+    when no other kept version needs them."""
+    env = Env(tmp_path, spark, Retention(every_epoch_for="1h"))
+    epochs = [env.epoch(i) for i in range(4)]
+    location = env.location("orders")
+    sealed = env.catalog.table_epoch("orders", epochs[-1]).delta_version
+    plain = sorted(DeltaTable(location, version=sealed).to_pyarrow_table().to_pylist(), key=str)
+    maintain(env.catalog, now=BASE + timedelta(hours=3), orphan_age=timedelta(0), min_files=2)
+    reader = snapshot(env.catalog, ["orders"], as_of_epoch=epochs[-1], spark=spark)
+    with reader:
+        assert reader.versions["orders"] == sealed
+        compacted = reader.read_version("orders")
+        assert compacted == sealed + 1
+        assert len(_files_at(location, compacted)) < len(_files_at(location, sealed))
+        before = _all_readers(reader, env, "orders")
+        assert before["spark"] == before["duckdb"] == before["delta-rs"]
+        assert sorted(reader.arrow("orders").to_pylist(), key=str) == plain
+        # the compacted file is then compacted again and no kept version but the cut's
+        # successor needs it; the pinned cut's epoch outlives every other expired one
+        env.epoch(4)
+        maintain(env.catalog, now=BASE + timedelta(hours=4), orphan_age=timedelta(0), min_files=2)
+        env.epoch(5)
+        report = maintain(env.catalog, now=BASE + timedelta(hours=50), orphan_age=timedelta(0))
+        assert epochs[-1] not in report.epochs_expired and report.files_removed > 0
+        needed = set(_files_at(location, compacted))
+        assert needed - set(_files_at(location, DeltaTable(location).version()))
+        assert needed <= {f.path for f in stored_files(location)}
+        assert _all_readers(reader, env, "orders") == before
 
 
 def test_orphans_removed_after_safety_age_only(tmp_path, spark):
@@ -156,8 +218,15 @@ def test_compaction_coexists_with_a_continuous_run(tmp_path, spark):
     for e in epochs:
         with snapshot(env.catalog, ["orders"], as_of_epoch=e) as r:
             cuts[e] = sorted(r.arrow("orders").to_pylist(), key=lambda row: row["id"])
-    env.runner.maintenance_interval = 0.0  # between every batch
-    env.runner.maintenance_options = {"min_files": 2, "orphan_age": timedelta(0)}
+    env.runner.acquire()
+    inside = MaintenanceLoop(
+        env.catalog,
+        pipeline="shop",
+        interval=0.3,
+        leases=env.runner.leases,
+        gate=env.runner.gate,
+        options={"min_files": 2, "orphan_age": timedelta(0)},
+    )
     outside: list = []
 
     def cron() -> None:  # `etl maintain` from another process while the run holds the jobs
@@ -170,13 +239,20 @@ def test_compaction_coexists_with_a_continuous_run(tmp_path, spark):
     thread = threading.Thread(target=cron)
     env.drop()  # for the first epoch of the run, sealed on top of the compacted files
     thread.start()
-    result = env.runner.run_continuous(epoch_interval=1.0, stop=threading.Event(), max_epochs=3)
+    try:
+        with inside:
+            result = env.runner.run_continuous(
+                epoch_interval=1.0, stop=threading.Event(), max_epochs=3
+            )
+    finally:
+        env.runner.release()
     thread.join()
     assert result.ok, result
+    assert inside.totals.compacted_files >= 2 and not inside.totals.errors, inside.totals
     assert len(result.epochs_opened) == 3 and not result.failures
     assert any("held by a live run" in s for r in outside for t in r.tables for s in t.skipped)
-    # maintenance inside the run compacted the tables between batches, under the run's own
-    # leases, and the run kept sealing epochs on top of the compacted files
+    # maintenance inside the run compacted the tables while no batch of their job ran,
+    # under the run's own leases, and the run kept sealing epochs on top of them
     history = _history(env.location("orders"))  # ("big" gets no rows: amounts < 10)
     compactions = [v for v, is_compaction, _ in history if is_compaction]
     assert compactions, history
@@ -195,6 +271,29 @@ def test_compaction_coexists_with_a_continuous_run(tmp_path, spark):
     with snapshot(env.catalog, ["orders"], spark=spark) as r:
         got = _all_readers(r, env, "orders")
     assert got["spark"] == got["duckdb"] == got["delta-rs"] and len(got["spark"]) >= 10
+
+
+def test_compaction_inside_a_run_never_commits_while_a_batch_of_its_job_runs(tmp_path, spark):
+    env = Env(tmp_path, spark, None)
+    for i in range(4):
+        env.epoch(i)
+    location = env.location("orders")
+    version, stored = DeltaTable(location).version(), set(stored_files(location))
+    gate = BatchGate()
+    with env.runner:
+        held = HeldJobs(env.runner.leases(), gate, idle_wait=0.5)
+        with gate.batch("ingest"):  # a batch of the job that writes `orders` is in flight
+            report = maintain(env.catalog, orphan_age=timedelta(0), min_files=2, held=held)
+        (entry,) = [t for t in report.tables if t.table == "orders"]
+        assert entry.compacted_files == 0
+        assert any("a batch of job 'ingest' kept running" in s for s in entry.skipped), entry
+        # nothing committed, and the rewritten files are gone again
+        assert DeltaTable(location).version() == version
+        assert set(stored_files(location)) == stored
+        report = maintain(env.catalog, orphan_age=timedelta(0), min_files=2, held=held)
+        (entry,) = [t for t in report.tables if t.table == "orders"]
+        assert entry.compacted_files >= 2 and not entry.skipped, entry
+        assert DeltaTable(location).version() == version + 1
 
 
 def test_status_and_epochs_show_expired_pinned_and_tagged_epochs(tmp_path):
@@ -250,3 +349,165 @@ def test_log_entries_go_only_below_a_checkpoint_readers_had_time_to_see(tmp_path
     assert settled.entries_removed >= 3 and settled.first_version == 3
     assert DeltaTable(location, version=3).to_pyarrow_table().num_rows == 4
     assert DeltaTable(location).to_pyarrow_table().num_rows == 6
+
+
+MAINTAINED_WORDCOUNT = """
+from etl import Retention, param
+from examples.wordcount.pipeline import build
+
+pipeline = build(param("input_dir", "./incoming"))
+pipeline.retention = Retention(every_epoch_for="4s", tiers=[("3s", "1h")])
+"""
+WORDCOUNT_TABLES = {
+    "words": ["word", "_epoch"],
+    "word_counts": ["word", "cnt"],
+    "cnt_counts": ["cnt", "words"],
+}
+
+
+def _sealed_after_compaction(catalog) -> bool:
+    """Whether a job sealed an epoch of `words` at a version after a compaction commit."""
+    location = catalog.get_table("words").location
+    if not DeltaTable.is_deltatable(location):
+        return False
+    history = DeltaTable(location).history()
+    compactions = [h["version"] for h in history if h.get(MAINTENANCE_META) == "compaction"]
+    sealed = [s.delta_version for s in catalog.table_epochs("words") if s.delta_version]
+    return bool(compactions and sealed) and max(sealed) > min(compactions)
+
+
+def _opened(warehouse: Path):
+    """The warehouse's catalog once an epoch is open in it, else None."""
+    try:
+        catalog = load_catalog(None, warehouse=warehouse, create=False)
+        return catalog if catalog.latest_epoch() is not None else None
+    except Exception:  # noqa: BLE001 - not created yet, or its schema not yet
+        return None
+
+
+def _cut(catalog, epoch: int) -> dict[str, list[tuple]]:
+    """Every word-count table at one COMMIT epoch, through delta-rs."""
+    with snapshot(catalog, list(WORDCOUNT_TABLES), as_of_epoch=epoch) as reader:
+        return {
+            t: sorted(map(tuple, reader.pandas(t, columns=columns).values.tolist()))
+            for t, columns in WORDCOUNT_TABLES.items()
+        }
+
+
+@pytest.mark.slow
+def test_etl_run_continuous_maintains_on_an_interval(tmp_path):
+    """Through the real `etl` command: a continuous run with --maintenance-interval keeps
+    sealing epochs while maintenance compacts its tables and expires cuts by the policy;
+    every cut still retained reads as it did when it was sealed, and an expired one gives
+    the clear error. The run is stopped (Ctrl-C) once it sealed an epoch on top of a
+    compaction."""
+    import signal
+    import threading
+    from collections import Counter
+
+    from tests.support.cli_runner import start
+
+    incoming, warehouse = tmp_path / "incoming", tmp_path / "warehouse"
+    incoming.mkdir()
+    (tmp_path / "maintained.py").write_text(MAINTAINED_WORDCOUNT)
+    stop = threading.Event()
+
+    def feed() -> None:  # a file of new and repeated words every 0.3 s
+        n = 0
+        while not stop.wait(0.3):
+            n += 1
+            hidden = incoming / f".w{n}"
+            hidden.write_text("\n".join([f"w{n}", f"w{n % 7}", "common"]) + "\n")
+            os.replace(hidden, incoming / f"w{n:05d}.txt")
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    process = start(
+        "run", tmp_path / "maintained.py", "--continuous", "--epoch-interval", "1",
+        "--maintenance-interval", "2", "--format", "json",
+        "--param", f"input_dir={incoming}", "--warehouse", warehouse, cwd=tmp_path,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    seen: dict[int, dict[str, list[tuple]]] = {}
+    try:
+        catalog = None
+        while catalog is None:  # once the run has opened its first epoch
+            assert process.poll() is None, process.communicate()[1][-3000:]
+            time.sleep(0.2)
+            catalog = _opened(warehouse)
+        stopping = False
+        while process.poll() is None:  # read every cut soon after it is sealed
+            latest = catalog.latest_commit(pipeline="wordcount")
+            if latest is not None and latest.epoch not in seen:
+                seen[latest.epoch] = _cut(catalog, latest.epoch)
+            if not stopping and (_sealed_after_compaction(catalog) or time.monotonic() > deadline):
+                os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C sends
+                stopping = True
+            time.sleep(0.2)
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        stop.set()
+        feeder.join()
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr[-3000:]
+    assert "Traceback" not in stderr
+    result = json.loads(stdout)
+    assert not result["failures"] and result["epochs_opened"]
+    assert _sealed_after_compaction(catalog), "no epoch sealed after a compaction in 300 s"
+    # compactions say dataChange false; the jobs' appends, merges and overwrites true
+    for table in WORDCOUNT_TABLES:
+        for version, (is_compaction, flags) in _data_changes(
+            catalog.get_table(table).location
+        ).items():
+            assert {change for _, change in flags} <= {not is_compaction}, (table, version)
+    changed = {
+        kind
+        for _, flags in _data_changes(catalog.get_table("word_counts").location).values()
+        for kind, change in flags
+        if change
+    }
+    assert changed == {"add", "remove"}  # the merge's copy-on-write removes change data
+    # the run kept sealing epochs: every table sealed every epoch it opened (or coalesced
+    # it into a later one, when a job fell behind), and the last one is COMMIT
+    opened = [e["epoch"] for e in result["epochs_opened"]]
+    assert catalog.get_commit(opened[-1]) is not None
+    for table in WORDCOUNT_TABLES:
+        states = {s.epoch: s.state for s in catalog.table_epochs(table, after=opened[0] - 1)}
+        assert set(states) == set(opened), (table, states)
+        assert set(states.values()) <= {EpochState.WRITTEN, EpochState.COALESCED}, states
+    # maintenance ran inside it, said so, compacted and expired
+    totals = result["maintenance"]
+    assert totals["rounds"] >= 2 and not totals["errors"], totals
+    assert totals["compacted_files"] > 0, totals
+    assert stderr.count("maintenance: ") >= totals["rounds"]
+    assert re.search(r"maintenance: \d+ round\(s\): \d+ epoch\(s\) expired, compacted", stderr)
+    # every cut still retained reads as when it was sealed; an expired one says so
+    assert len(seen) >= 3, seen.keys()
+    expired = retained = 0
+    for epoch, rows in seen.items():
+        expiry = catalog.expiry_of(epoch)
+        if expiry is None:
+            assert _cut(catalog, epoch) == rows, epoch
+            retained += 1
+            counted = Counter(word for word, _ in rows["words"])
+            assert rows["word_counts"] == sorted(counted.items()), epoch
+        else:
+            with pytest.raises(EpochExpiredError, match=f"epoch {epoch} "):
+                _cut(catalog, epoch)
+            expired += 1
+    assert retained, seen.keys()  # (which cuts expired meanwhile depends on the timing)
+
+
+def test_maintenance_interval_is_refused_with_once(tmp_path):
+    from tests.support.cli_runner import REPO, etl
+
+    result = etl(
+        "run", REPO / "examples" / "wordcount" / "pipeline.py", "--once",
+        "--maintenance-interval", "60", "--warehouse", tmp_path / "warehouse", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "--maintenance-interval goes with --continuous, not --once" in result.stderr
+    assert "etl maintain" in result.stderr
+    assert not (tmp_path / "warehouse").exists()  # refused before anything was created
