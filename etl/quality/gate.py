@@ -77,7 +77,9 @@ class QualityGate:
     Under ``quarantine`` every row-level expectation must be one GX evaluates per row and
     :func:`quarantine_supported_types` lists, without ``mostly`` or ``row_condition``;
     anything else is refused here, not at run time. Failing rows go to ``quarantine``
-    (default ``<table>_quarantine``).
+    (default ``<table>_quarantine``). A ``block`` gate has that table too, empty until an
+    operator resolves a blocked epoch by quarantining its failing rows (``etl resolve
+    --quarantine``); a ``warn`` gate has none.
     """
 
     table: str
@@ -97,11 +99,12 @@ class QualityGate:
                 f"unknown policy {self.policy!r}; valid policies are {', '.join(POLICIES)}",
             )
         if self.quarantine is not None:
-            if self.policy != "quarantine":
+            if self.policy == "warn":
                 raise GateDefinitionError(
                     self.table,
-                    f"names quarantine table {self.quarantine!r} but its policy is "
-                    f"{self.policy!r}; set policy='quarantine' or drop `quarantine`",
+                    f"names quarantine table {self.quarantine!r} but its policy is 'warn', "
+                    "which seals every row; set policy='quarantine' or 'block', or drop "
+                    "`quarantine`",
                 )
             validate_name(self.quarantine, kind="table")
         if isinstance(self.expectations, Expectation) or not self.expectations:
@@ -133,8 +136,9 @@ class QualityGate:
 
     @property
     def quarantine_table(self) -> str | None:
-        """The table failing rows go to: None unless the policy is ``quarantine``."""
-        if self.policy != "quarantine":
+        """The table failing rows go to (a side output of the table's job): None under
+        ``warn``, which never splits rows."""
+        if self.policy == "warn":
             return None
         return self.quarantine or f"{self.table}_quarantine"
 

@@ -208,6 +208,90 @@ def test_block_resolve_failures_and_two_pipelines_in_one_warehouse(tmp_path):
         assert catalog.failures(job="b_totals")  # history stays readable
 
 
+STRICT = GATED.replace(
+    'column="id")]',
+    'column="id"), gx.expectations.ExpectTableRowCountToBeBetween(max_value=1)]',
+)
+"""The shop pipeline whose gate also has a table-level expectation epoch 1 fails."""
+
+
+def sql_json(warehouse: Path, cwd: Path, query: str) -> list[dict]:
+    result = etl("sql", query, "--format", "json", "--warehouse", warehouse, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.spark
+def test_block_gate_resolved_by_quarantining_its_failing_rows(tmp_path):
+    """A block gate's epoch, quarantined: failing rows to `orders_quarantine`, the rest
+    sealed, downstream catches up; a table-level failure cannot be split (exit 2)."""
+    warehouse, drops = tmp_path / "wh", tmp_path / "drops"
+    shop, strict = tmp_path / "shop.py", tmp_path / "strict.py"
+    shop.write_text(GATED)
+    strict.write_text(STRICT)
+    run_shop = ("run", shop, "--once", "--warehouse", warehouse, "--param", f"dir={drops}")
+    drop(drops, "a.json", [{"id": 1, "amount": 150.0}, {"id": None, "amount": 200.0}])
+    first = etl(*run_shop, cwd=tmp_path)
+    assert first.returncode == 4, first.stderr
+    with load_catalog(warehouse=warehouse) as catalog:
+        assert catalog.get_job("ingest").side_outputs == ("orders_quarantine",)
+        assert catalog.table_epoch("orders", 1).state is EpochState.PROCESSED
+    resolve = ("resolve", "orders", "1", "--quarantine", "--warehouse", warehouse)
+
+    # A gate whose table-level expectation fails: no split satisfies it; nothing changes.
+    refused = etl(
+        *resolve, "--pipeline", strict, "--param", f"dir={drops}", cwd=tmp_path, COLUMNS="200"
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "expect_table_row_count_to_be_between" in refused.stderr
+    assert "table-level" in refused.stderr and "--accept" in refused.stderr
+    with load_catalog(warehouse=warehouse) as catalog:
+        assert catalog.table_epoch("orders", 1).state is EpochState.PROCESSED
+        assert catalog.resolutions("orders") == []
+
+    done = etl(
+        *resolve,
+        "--pipeline",
+        shop,
+        "--param",
+        f"dir={drops}",
+        "--reason",
+        "null ids",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "sealed without its 1 failing row(s)" in done.stdout and "QUARANTINE" in done.stdout
+    no_java(done.stderr)
+    again = etl(*run_shop, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+
+    assert sql_json(warehouse, tmp_path, "SELECT id, amount FROM orders") == [
+        {"id": 1, "amount": 150.0}
+    ]
+    (held,) = sql_json(
+        warehouse,
+        tmp_path,
+        "SELECT id, amount, _failed_expectations, _epoch FROM orders_quarantine",
+    )
+    assert held["id"] is None and held["amount"] == 200.0 and held["_epoch"] == 1
+    assert held["_failed_expectations"] == ['expect_column_values_to_not_be_null(column="id")']
+    assert sql_json(warehouse, tmp_path, "SELECT id FROM big_orders") == [{"id": 1}]
+    with load_catalog(warehouse=warehouse) as catalog:
+        assert catalog.latest_commit(pipeline="shop").epoch == 2
+        for table in ("orders", "orders_quarantine", "big_orders"):
+            assert catalog.table_epoch(table, 1).state is EpochState.WRITTEN, table
+        assert catalog.table_epoch("orders_quarantine", 1).rows == 1
+    epochs = etl("epochs", "orders", "--format", "json", "--warehouse", warehouse, cwd=tmp_path)
+    first_epoch = json.loads(epochs.stdout)[0]
+    assert first_epoch["state"] == "WRITTEN" and first_epoch["rows"] == 1
+    assert first_epoch["resolution"]["action"] == "QUARANTINE"
+    assert first_epoch["resolution"]["reason"] == "null ids"
+    report = status_json(warehouse, tmp_path)
+    tables = {t["table"]: t for t in report["tables"]}
+    assert tables["orders"]["blocked"] is None and tables["big_orders"]["lag_epochs"] == 0
+    assert tables["orders_quarantine"]["lag_epochs"] == 0
+
+
 @pytest.mark.spark
 def test_kill_9_then_run_takes_over_at_once_and_sigterm_releases(tmp_path):
     warehouse, incoming = tmp_path / "wh", tmp_path / "incoming"
