@@ -25,7 +25,9 @@ from catalog import (
     TableSpec,
     load_catalog,
 )
+from etl.faults import FAULT_ENV
 from tests.support.cli_runner import REPO, etl, start
+from tests.support.faults.process import wait_stopped
 
 WORDCOUNT = REPO / "examples" / "wordcount" / "pipeline.py"
 
@@ -93,7 +95,8 @@ def test_block_resolve_failures_and_two_pipelines_in_one_warehouse(tmp_path):
     assert orders["pipeline"] == "shop" and orders["blocked_epoch"] == 1
     assert orders["resolve"] == "etl resolve orders 1 --accept|--quarantine|--skip"
     assert "expect_column_values_to_not_be_null" in orders["blocked"]
-    assert [t["table"] for t in report["tables"]][:2] == ["orders", "big_orders"]  # lineage
+    lineage = [t["table"] for t in report["tables"]][:3]
+    assert lineage == ["orders", "orders_quarantine", "big_orders"]
 
     # 2. Skip it: rolled back and sealed empty, recorded; no Spark needed.
     skipped = etl(
@@ -347,6 +350,192 @@ def test_kill_9_then_run_takes_over_at_once_and_sigterm_releases(tmp_path):
             lease = catalog.get_lease(job.name)
             assert lease is None or lease.expires_at <= now + timedelta(seconds=1)
     assert took < 300  # mostly Spark start-up, which depends on the machine's load
+
+
+@pytest.mark.spark
+def test_a_second_signal_stops_at_once_and_the_next_run_recovers_exactly_once(tmp_path):
+    warehouse, incoming = tmp_path / "wh", tmp_path / "incoming"
+    incoming.mkdir()
+    (incoming / "a.txt").write_text("apple\npear\napple\n")
+    args = ("--warehouse", warehouse, "--param", f"input_dir={incoming}")
+    # Frozen mid-epoch: etl1's merge is in word_counts' Delta log, not yet in the catalog.
+    child = start(
+        "run", WORDCOUNT, "--once", *args, cwd=tmp_path, env={FAULT_ENV: "pause:after_commit@etl1"}
+    )
+    assert wait_stopped(child.pid, timeout=300, poll=child.poll), child.communicate()[1]
+    # Both signals wait while it is stopped; Python handles SIGINT's first, then SIGTERM's.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCONT):
+        child.send_signal(signum)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 128 + signal.SIGTERM, stderr
+    assert "stopping (Ctrl-C): finishing" in stderr and "stopped at once (" in stderr
+    assert "The next `etl run` recovers" in stderr and "Traceback" not in stderr
+    with load_catalog(warehouse=warehouse) as catalog:
+        # Nothing released: the leases are left for the next run to take over at once.
+        assert catalog.get_lease("etl1") is not None
+        assert catalog.get_lease("etl1").expires_at > datetime.now(UTC)
+        assert catalog.latest_commit() is None
+
+    again = etl("run", WORDCOUNT, "--once", *args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "took over job etl1 from " in again.stderr and "that process is gone" in again.stderr
+    rows = etl(
+        "sql",
+        "SELECT c.word, c.cnt, n.words FROM word_counts c JOIN cnt_counts n USING (cnt) "
+        "ORDER BY c.word",
+        "--format",
+        "json",
+        "--consistency",
+        "repeatable-read",
+        "--warehouse",
+        warehouse,
+        cwd=tmp_path,
+    )
+    assert rows.returncode == 0, rows.stderr
+    assert json.loads(rows.stdout) == [
+        {"word": "apple", "cnt": 2, "words": 1},
+        {"word": "pear", "cnt": 1, "words": 1},
+    ]
+    words = etl(
+        "sql",
+        "SELECT count(*) AS n FROM words",
+        "--format",
+        "json",
+        "--warehouse",
+        warehouse,
+        cwd=tmp_path,
+    )
+    assert json.loads(words.stdout) == [{"n": 3}], words.stderr
+
+
+SALES = """
+from etl import FileSource, Pipeline, param
+
+pipeline = Pipeline("sales")
+pipeline.ingest("s_ingest", source=FileSource("s_drops", path=param("dir"), format="json",
+                schema="id INT, amount DOUBLE"), output="sales")
+pipeline.sql("s_totals", output="sales_totals", inputs=["sales"], mode="overwrite",
+             query="SELECT count(*) AS n, sum(amount) AS total FROM sales")
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_two_pipelines_run_concurrently_in_one_warehouse(tmp_path, backend, request):
+    """Two `etl run --continuous` at the same time, one catalog: both make progress, and
+    each one's status, COMMIT and time travel are its own."""
+    warehouse, incoming, sdrops = tmp_path / "wh", tmp_path / "incoming", tmp_path / "sdrops"
+    incoming.mkdir()
+    sales = tmp_path / "sales.py"
+    sales.write_text(SALES)
+    where: tuple[str | Path, ...] = ("--warehouse", warehouse)
+    if backend == "postgres":
+        where = (*where, "--catalog", request.getfixturevalue("postgres_url"))
+    words_sent, sales_sent = 0, 0
+
+    def feed(n: int) -> None:
+        nonlocal words_sent, sales_sent
+        hidden = incoming / f".w{n}.tmp"
+        hidden.write_text("apple\npear\n")
+        os.replace(hidden, incoming / f"w{n}.txt")
+        words_sent += 2
+        drop(sdrops, f"s{n}.json", [{"id": n, "amount": 1.5}])
+        sales_sent += 1
+
+    feed(0)
+    runs = {
+        "wordcount": start(
+            "run",
+            WORDCOUNT,
+            "--continuous",
+            "--epoch-interval",
+            "1",
+            *where,
+            "--param",
+            f"input_dir={incoming}",
+            cwd=tmp_path,
+        ),
+        "sales": start(
+            "run",
+            sales,
+            "--continuous",
+            "--epoch-interval",
+            "1",
+            *where,
+            "--param",
+            f"dir={sdrops}",
+            cwd=tmp_path,
+        ),
+    }
+    url = where[-1] if backend == "postgres" else None
+    deadline = time.monotonic() + 600
+    with load_catalog(url, warehouse=warehouse if url is None else None) as catalog:
+
+        def commits() -> dict[str, int]:
+            return {
+                name: (c.epoch if (c := catalog.latest_commit(pipeline=name)) else 0)
+                for name in runs
+            }
+
+        while min(commits().values()) == 0:
+            for name, child in runs.items():
+                assert child.poll() is None, (name, child.communicate()[1])
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        # Both are running: each must seal three more epochs while the other runs too.
+        start_commits, n = commits(), 1
+        while any(commits()[p] < start_commits[p] + 3 for p in runs):
+            for name, child in runs.items():
+                assert child.poll() is None, (name, child.communicate()[1])
+            assert time.monotonic() < deadline
+            feed(n)
+            n += 1
+            time.sleep(1.0)
+    for child in runs.values():
+        child.send_signal(signal.SIGTERM)
+    for name, child in runs.items():
+        _, stderr = child.communicate(timeout=300)
+        assert child.returncode == 0, (name, stderr)
+        assert "locked" not in stderr and "failed:" not in stderr, (name, stderr)
+
+    with load_catalog(url, warehouse=warehouse if url is None else None) as catalog:
+        own = {
+            "wordcount": {"words", "word_counts", "cnt_counts"},
+            "sales": {"sales", "sales_totals"},
+        }
+        epochs = {p: [e.id for e in catalog.epochs(pipeline=p)] for p in runs}
+        # The epochs interleave: the two runs opened them at the same time.
+        assert set(epochs["sales"]) & set(range(epochs["wordcount"][0], epochs["wordcount"][-1]))
+        for p in runs:
+            commit = catalog.latest_commit(pipeline=p)
+            assert commit.epoch == epochs[p][-1] and set(commit.versions) == own[p]
+            assert catalog.get_commit(epochs[p][-1]).pipeline == p
+    report = etl("status", "--format", "json", *where, cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    status = json.loads(report.stdout)
+    for p in status["pipelines"]:
+        assert p["max_lag_epochs"] == 0 and p["last_commit"] == epochs[p["pipeline"]][-1], p
+    for table in status["tables"]:
+        assert table["lag_epochs"] == 0, table
+
+    def query(sql: str, *extra: str) -> list[dict]:
+        result = etl("sql", sql, "--format", "json", *extra, *where, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    assert query("SELECT n, total FROM sales_totals") == [
+        {"n": sales_sent, "total": 1.5 * sales_sent}
+    ]
+    assert query("SELECT sum(cnt) AS n FROM word_counts") == [{"n": words_sent}]
+    # Time travel to an early epoch of each: a consistent cut of that pipeline alone.
+    early = epochs["sales"][1]
+    (then,) = query("SELECT count(*) AS n FROM sales", "--as-of-epoch", str(early))
+    assert query("SELECT n FROM sales_totals", "--as-of-epoch", str(early)) == [then]
+    early = epochs["wordcount"][1]
+    (then,) = query("SELECT count(*) AS n FROM words", "--as-of-epoch", str(early))
+    assert query("SELECT sum(cnt) AS n FROM word_counts", "--as-of-epoch", str(early)) == [then]
 
 
 def test_status_json_against_a_scripted_history(tmp_path):
