@@ -498,7 +498,7 @@ def test_two_pipelines_run_concurrently_in_one_warehouse(tmp_path, backend, requ
     for name, child in runs.items():
         _, stderr = child.communicate(timeout=300)
         assert child.returncode == 0, (name, stderr)
-        assert "locked" not in stderr and "failed:" not in stderr, (name, stderr)
+        assert "database is locked" not in stderr and "failed:" not in stderr, (name, stderr)
 
     with load_catalog(url, warehouse=warehouse if url is None else None) as catalog:
         own = {
@@ -508,6 +508,8 @@ def test_two_pipelines_run_concurrently_in_one_warehouse(tmp_path, backend, requ
         epochs = {p: [e.id for e in catalog.epochs(pipeline=p)] for p in runs}
         # The epochs interleave: the two runs opened them at the same time.
         assert set(epochs["sales"]) & set(range(epochs["wordcount"][0], epochs["wordcount"][-1]))
+        # Each pipeline's first COMMIT (earlier epochs may be coalesced into it).
+        first_commit = {p: next(e for e in epochs[p] if catalog.get_commit(e)) for p in runs}
         for p in runs:
             commit = catalog.latest_commit(pipeline=p)
             assert commit.epoch == epochs[p][-1] and set(commit.versions) == own[p]
@@ -529,13 +531,15 @@ def test_two_pipelines_run_concurrently_in_one_warehouse(tmp_path, backend, requ
         {"n": sales_sent, "total": 1.5 * sales_sent}
     ]
     assert query("SELECT sum(cnt) AS n FROM word_counts") == [{"n": words_sent}]
-    # Time travel to an early epoch of each: a consistent cut of that pipeline alone.
-    early = epochs["sales"][1]
-    (then,) = query("SELECT count(*) AS n FROM sales", "--as-of-epoch", str(early))
-    assert query("SELECT n FROM sales_totals", "--as-of-epoch", str(early)) == [then]
-    early = epochs["wordcount"][1]
-    (then,) = query("SELECT count(*) AS n FROM words", "--as-of-epoch", str(early))
-    assert query("SELECT sum(cnt) AS n FROM word_counts", "--as-of-epoch", str(early)) == [then]
+    # Time travel to each one's first COMMIT: a consistent cut of that pipeline alone.
+    early = str(first_commit["sales"])
+    (then,) = query("SELECT count(*) AS n FROM sales", "--as-of-epoch", early)
+    assert query("SELECT n FROM sales_totals", "--as-of-epoch", early) == [then]
+    assert then["n"] < sales_sent
+    early = str(first_commit["wordcount"])
+    (then,) = query("SELECT count(*) AS n FROM words", "--as-of-epoch", early)
+    assert query("SELECT sum(cnt) AS n FROM word_counts", "--as-of-epoch", early) == [then]
+    assert then["n"] < words_sent
 
 
 def test_status_json_against_a_scripted_history(tmp_path):
