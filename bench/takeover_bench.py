@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench._common import env_int, load_average, median
-from catalog import load_catalog
+from catalog import CatalogNotFoundError, load_catalog
 
 WORDCOUNT = Path(__file__).resolve().parents[1] / "examples" / "wordcount" / "pipeline.py"
 ETL = Path(sys.executable).with_name("etl")
@@ -53,6 +53,7 @@ class _Run:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, "ETL_SPARK_MASTER": "local[2]"},
+            start_new_session=True,  # its Spark JVM is killed with it
         )
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -63,17 +64,23 @@ class _Run:
                 self.took_over_at = time.monotonic()
             self.stderr.append(line)
 
+    def kill(self) -> None:
+        os.killpg(self.child.pid, signal.SIGKILL)
+        self.child.wait()
+
     def sealed_after(self, warehouse: Path, epoch: int, *, timeout: float = 600) -> int:
         """Wait until an epoch above ``epoch`` reaches COMMIT; return it."""
         deadline = time.monotonic() + timeout
         while True:
             if self.child.poll() is not None:
                 raise RuntimeError("etl run exited early:\n" + "".join(self.stderr)[-3000:])
-            if (warehouse / "_catalog.sqlite").exists():
+            try:
                 with load_catalog(warehouse=warehouse, create=False) as catalog:
                     commit = catalog.latest_commit()
-                if commit is not None and commit.epoch > epoch:
-                    return commit.epoch
+            except CatalogNotFoundError:  # the run has not created it yet
+                commit = None
+            if commit is not None and commit.epoch > epoch:
+                return commit.epoch
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no COMMIT after epoch {epoch} within {timeout:.0f} s")
             time.sleep(0.1)
@@ -81,7 +88,7 @@ class _Run:
 
 def main() -> None:
     rounds = env_int("DB_BENCH_ROUNDS", 3)
-    with tempfile.TemporaryDirectory(prefix="takeover-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="takeover-bench-", ignore_cleanup_errors=True) as tmp:
         warehouse, incoming = Path(tmp) / "wh", Path(tmp) / "incoming"
         incoming.mkdir()
         (incoming / "a.txt").write_text("apple\npear\napple\n")
@@ -94,8 +101,7 @@ def main() -> None:
         took: list[float] = []
         for index in range(rounds):
             (incoming / f"k{index}.txt").write_text("fig\n")
-            run.child.send_signal(signal.SIGKILL)
-            run.child.wait()
+            run.kill()
             killed = time.monotonic()
             run = _Run(warehouse, incoming, "--lease-ttl", "600")
             sealed = run.sealed_after(warehouse, sealed)
@@ -107,8 +113,7 @@ def main() -> None:
                 f" s, first COMMIT {took[-1]:.1f} s (epoch {sealed})",
                 flush=True,
             )
-        run.child.send_signal(signal.SIGKILL)
-        run.child.wait()
+        run.kill()
     print(
         f"kill -9 -> next run's first sealed epoch: median {median(took):.1f} s over "
         f"{len(took)} round(s) = {median(took) / clean:.2f} x a clean start's first COMMIT "

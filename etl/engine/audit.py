@@ -81,7 +81,6 @@ def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditV
         return AuditVerdict(written, blocked_reason=outcome.blocked_reason)
     if outcome.quarantined is None or outcome.passing is None:
         return AuditVerdict(_with_quarantine_table(writer, gate, rows, written))
-    assert gate.quarantine_table is not None
     quarantine_location = catalog.get_table(gate.quarantine_table).location
     if not outcome.quarantined_count and table_version(quarantine_location) is not None:
         return AuditVerdict(written)
@@ -132,10 +131,10 @@ def _with_quarantine_table(
     writer: EpochWriter, gate: QualityGate, rows: DataFrame, written: BatchWrite
 ) -> BatchWrite:
     """``written``, plus the creation of the gate's quarantine table if it has no Delta
-    version yet: a side output is sealed with its output at every epoch, at a version, and
-    a blocked epoch may be resolved (accepted, skipped) with it."""
+    version yet (a ``block`` or ``warn`` gate's, or any gate's blocked first epoch): a side
+    output is sealed with its output at every epoch, at a version."""
     table = gate.quarantine_table
-    if table is None or table_version(writer.catalog.get_table(table).location) is not None:
+    if table_version(writer.catalog.get_table(table).location) is not None:
         return written
     return writer.write(
         written,
@@ -152,7 +151,7 @@ def _finished_audit(
 ) -> AuditVerdict | None:
     """The verdict of this attempt's audit if its quarantine commit is already in the log."""
     job, batch, catalog = writer.job, writer.batch, writer.catalog
-    if gate.quarantine_table is None or writer.audited_version(job.output) is None:
+    if writer.audited_version(job.output) is None:
         return None
     quarantine = catalog.table_epoch(gate.quarantine_table, batch.last)
     quarantined = (quarantine.rows or 0) if quarantine is not None else 0

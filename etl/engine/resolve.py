@@ -229,11 +229,6 @@ def quarantine(
     if gate is None:
         raise UsageError(f"the pipeline declares no quality gate for table {blocked.table!r}")
     others = "resolve it with --accept (seal it as written) or --skip (a recorded loss)"
-    if gate.quarantine_table is None:
-        raise UsageError(
-            f"table {blocked.table!r} has no quarantine table (its gate's policy is "
-            f"{gate.policy!r}); {others}"
-        )
     if gate.quarantine_table not in blocked.tables:
         raise UsageError(
             f"the catalog does not know table {gate.quarantine_table!r} as a side output of "
