@@ -968,10 +968,18 @@ class SqlCatalog(Catalog):
                 .where(tables_table.c.name.in_(outputs))
                 .values(writer_job=spec.name)
             )
-            if spec.inputs:
+            sealed = self._latest_rows(conn, "written", [spec.output])
+            first: int | None = None
+            if sealed:
+                # A table an existing job gains (a new side output) is responsible from the
+                # first epoch the job has not sealed: it has no state at the job's earlier
+                # epochs, and must not hold their COMMIT back.
+                first = sealed[0].epoch + 1
+            elif spec.inputs:
                 # A new job catches up over its inputs' history: its outputs are responsible
                 # from the newest first epoch among the inputs, unless they already hold states.
                 first = max(table_rows[table].first_epoch for table in spec.inputs)
+            if first is not None:
                 for table in outputs:
                     if not self._has_states(conn, table):
                         conn.execute(

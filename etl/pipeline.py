@@ -246,7 +246,7 @@ class Pipeline:
         if job.rejects_table:
             tables.append(job.rejects_table)
         gate = self.gates.get(job.output)
-        if gate is not None and gate.quarantine_table:
+        if gate is not None:
             tables.append(gate.quarantine_table)
         return tables
 
@@ -271,12 +271,11 @@ class Pipeline:
                     kind="rejects",
                 )
         for gate in self.gates.values():
-            if gate.quarantine_table:
-                specs[gate.quarantine_table] = TableSpec(
-                    name=gate.quarantine_table,
-                    location=table_location(warehouse, gate.quarantine_table),
-                    kind="quarantine",
-                )
+            specs[gate.quarantine_table] = TableSpec(
+                name=gate.quarantine_table,
+                location=table_location(warehouse, gate.quarantine_table),
+                kind="quarantine",
+            )
         return list(specs.values())
 
     def ordered_jobs(self) -> list[Job]:

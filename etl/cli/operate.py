@@ -51,8 +51,8 @@ def resolve(
         bool,
         typer.Option(
             "--quarantine",
-            help="Move the failing rows to the quarantine table and seal the rest "
-            "(needs --pipeline; starts Spark).",
+            help="Move the rows failing a row-level expectation to the gate's quarantine "
+            "table and seal the rest (needs --pipeline; starts Spark).",
         ),
     ] = False,
     skip: Annotated[

@@ -94,7 +94,8 @@ def run(
     """Run a pipeline: once (for cron or Airflow) or continuously.
 
     Exit codes: 0 done, 1 a job failed, 2 usage error, 3 another run holds the pipeline,
-    4 an epoch is blocked by a quality gate (`etl status` says how to resolve it).
+    4 an epoch is blocked by a quality gate (`etl status` says how to resolve it),
+    130/143 a second Ctrl-C/SIGTERM stopped it at once (the next run recovers).
 
     Example: etl run examples/wordcount/pipeline.py --once --param input_dir=./incoming
     """

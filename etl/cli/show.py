@@ -238,6 +238,7 @@ def epochs(
         tagged: dict[int, list[str]] = {}
         for tag in catalog.list_tags():
             tagged.setdefault(tag.epoch, []).append(tag.name)
+        resolved = {r.epoch: r for r in catalog.resolutions(table)}
         writer = info.writer_job
         failed: dict[int, list] = {}
         if writer is not None:
@@ -265,6 +266,7 @@ def epochs(
             "barrier_ts": ts.isoformat() if (ts := barrier.get(s.epoch)) else None,
             "updated_at": s.updated_at.isoformat() if s.updated_at else None,
             "failures": [_failure_json(f) for f in failed.get(s.epoch, [])],
+            "resolution": _resolution_json(resolved.get(s.epoch)),
             "retention": _retention(
                 s, expired=expired, pinned=pinned, pinned_versions=pinned_versions, tagged=tagged
             ),
@@ -289,6 +291,7 @@ def epochs(
                     "barrier_ts": None,
                     "updated_at": items[0].failed_at.isoformat() if items[0].failed_at else None,
                     "failures": [_failure_json(f) for f in items],
+                    "resolution": None,
                     "retention": None,
                 }
             )
@@ -316,11 +319,28 @@ def epochs(
                     for f in record["failures"]
                 )
             )
+    if resolved:
+        columns.append("resolution")
+        for row, record in zip(cells, records, strict=True):
+            done = record["resolution"]
+            row.append(f"{done['action']} by {done['actor']}" if done else "")
     if slices:
         columns.append("slice")
         for row, record in zip(cells, records, strict=True):
             row.append("catch-up" if record["catch_up"] else "")
     out.print(rows_table(columns, cells, title=f"epochs of {table}"))
+
+
+def _resolution_json(resolution) -> dict[str, Any] | None:
+    """How an operator resolved a blocked epoch (etl resolve), as recorded."""
+    if resolution is None:
+        return None
+    return {
+        "action": resolution.action.value,
+        "actor": resolution.actor,
+        "reason": resolution.reason,
+        "at": resolution.at.isoformat() if resolution.at else None,
+    }
 
 
 def _retention(state, *, expired, pinned, pinned_versions, tagged) -> str | None:

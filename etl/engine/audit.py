@@ -4,7 +4,8 @@ The epoch's rows are committed (PROCESSED) before they are validated, so read-un
 readers can already see them; the epoch is sealed (WRITTEN) only if the gate lets it:
 
 - ``block``: a failure leaves the epoch PROCESSED; downstream jobs and repeatable-read
-  readers stay at the last good epoch. A rerun validates again.
+  readers stay at the last good epoch. A rerun validates again; an operator may resolve
+  it (:mod:`etl.engine.resolve`), e.g. by quarantining its failing rows.
 - ``quarantine``: failing rows are committed to the quarantine table, then the output's
   files holding the epoch are rewritten without them; the rest is sealed.
 - ``warn``: sealed anyway.
@@ -21,9 +22,11 @@ from catalog import ValidationRecord
 from consistency import META_JOB, META_ROLLBACK_OF
 from etl.delta import read_epochs, restore_table, table_version
 from etl.engine.commit import BatchWrite, EpochWriter, current_version
-from etl.quality import run_gate
+from etl.quality import no_quarantined_rows, run_gate
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from etl.quality import QualityGate
 
 
@@ -74,10 +77,10 @@ def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditV
         generation=writer.lease.generation,
     )
     if not outcome.success:
+        written = _with_quarantine_table(writer, gate, rows, written)
         return AuditVerdict(written, blocked_reason=outcome.blocked_reason)
     if outcome.quarantined is None or outcome.passing is None:
-        return AuditVerdict(written)
-    assert gate.quarantine_table is not None
+        return AuditVerdict(_with_quarantine_table(writer, gate, rows, written))
     quarantine_location = catalog.get_table(gate.quarantine_table).location
     if not outcome.quarantined_count and table_version(quarantine_location) is not None:
         return AuditVerdict(written)
@@ -124,12 +127,31 @@ def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditV
     return AuditVerdict(written, quarantined=outcome.quarantined_count)
 
 
+def _with_quarantine_table(
+    writer: EpochWriter, gate: QualityGate, rows: DataFrame, written: BatchWrite
+) -> BatchWrite:
+    """``written``, plus the creation of the gate's quarantine table if it has no Delta
+    version yet (a ``block`` or ``warn`` gate's, or any gate's blocked first epoch): a side
+    output is sealed with its output at every epoch, at a version."""
+    table = gate.quarantine_table
+    if table_version(writer.catalog.get_table(table).location) is not None:
+        return written
+    return writer.write(
+        written,
+        table=table,
+        frame=no_quarantined_rows(gate, rows, epoch=writer.batch.last),
+        part=0,
+        final=True,
+        mode="append",
+    )
+
+
 def _finished_audit(
     writer: EpochWriter, gate: QualityGate, written: BatchWrite
 ) -> AuditVerdict | None:
     """The verdict of this attempt's audit if its quarantine commit is already in the log."""
     job, batch, catalog = writer.job, writer.batch, writer.catalog
-    if gate.quarantine_table is None or writer.audited_version(job.output) is None:
+    if writer.audited_version(job.output) is None:
         return None
     quarantine = catalog.table_epoch(gate.quarantine_table, batch.last)
     quarantined = (quarantine.rows or 0) if quarantine is not None else 0

@@ -5,8 +5,9 @@ A ``block`` gate leaves the epoch PROCESSED and the job waits there (docs/design
 (:meth:`Catalog.record_resolution`) beside the state history:
 
 - ACCEPT: seal the epoch as written, failing rows included (an override);
-- QUARANTINE: the audit path of a ``quarantine`` gate (:func:`etl.engine.audit.audit`):
-  failing rows go to the table's quarantine table, the rest is sealed;
+- QUARANTINE: the audit path of a ``quarantine`` gate (:func:`etl.engine.audit.audit`),
+  whatever the gate's policy: failing rows go to the table's quarantine table, the rest
+  is sealed;
 - SKIP: RESTORE the job's tables to their last sealed versions (fenced), record the epoch
   ROLLED_BACK, then a new attempt PROCESSED and WRITTEN at the restored versions with no
   rows: downstream sees an empty epoch. An explicit, recorded loss: a source's recorded
@@ -213,24 +214,33 @@ def quarantine(
 ) -> ResolveResult:
     """Quarantine the failing rows of the blocked epoch and seal the rest.
 
-    The gate's row-level expectations decide which rows fail (table-level ones cannot
-    split rows: the operator overrides them). Needs the gate's quarantine table, that is
-    a gate declared with ``policy="quarantine"``.
+    The epoch is audited again under the gate's expectations with policy ``quarantine``:
+    rows failing a row-level expectation go to the gate's quarantine table (a ``block``
+    gate has one too), the rest is sealed. A failing table-level expectation judges the
+    epoch as a whole, so no split of rows can satisfy it: UsageError, nothing is changed
+    (accept or skip the epoch instead), as for a row-level expectation that cannot be
+    split (``mostly``, ``row_condition``, an unsupported type).
     """
     from etl.engine.audit import audit
-    from etl.quality import QualityGate
+    from etl.quality import GateDefinitionError, QualityGate
 
     catalog = engine.catalog
     gate = engine.pipeline.gates.get(blocked.table)
     if gate is None:
         raise UsageError(f"the pipeline declares no quality gate for table {blocked.table!r}")
-    if gate.quarantine_table is None:
+    others = "resolve it with --accept (seal it as written) or --skip (a recorded loss)"
+    if gate.quarantine_table not in blocked.tables:
         raise UsageError(
-            f"table {blocked.table!r} has no quarantine table (its gate's policy is "
-            f"{gate.policy!r}): declare the gate with policy='quarantine' and rerun, which "
-            "re-audits the epoch; or resolve it with --accept or --skip"
+            f"the catalog does not know table {gate.quarantine_table!r} as a side output of "
+            f"job {blocked.job!r} yet: run the pipeline once (`etl run FILE --once` registers "
+            "it and audits the epoch again), then resolve"
         )
-    row_level = [c.expectation for c in gate.checks if c.level == "row"]
+    try:
+        splitting = QualityGate(
+            gate.table, gate.expectations, policy="quarantine", quarantine=gate.quarantine_table
+        )
+    except GateDefinitionError as exc:
+        raise UsageError(f"the failing rows cannot be split off: {exc}; {others}") from None
     job = engine.pipeline.jobs[blocked.job]
     _claim(catalog, blocked, lease)
     states = catalog.states_at(blocked.tables, blocked.epoch)
@@ -242,6 +252,18 @@ def quarantine(
         },
         rows={t: s.rows or 0 for t, s in states.items() if s.state is EpochState.PROCESSED},
     )
+    writer = engine.writer(
+        job,
+        EpochBatch(blocked.first_epoch, blocked.epoch),
+        attempt=blocked.attempt,
+        lease=lease,
+    )
+    verdict = audit(writer, splitting, written)
+    if verdict.blocked_reason is not None:
+        raise UsageError(
+            f"{verdict.blocked_reason}. A table-level expectation judges the epoch as a "
+            f"whole: no rows can be quarantined to satisfy it; {others}"
+        )
     resolution = catalog.record_resolution(
         blocked.table,
         blocked.epoch,
@@ -249,19 +271,7 @@ def quarantine(
         actor=actor,
         reason=reason,
     )
-    quarantined = 0
-    writer = engine.writer(
-        job,
-        EpochBatch(blocked.first_epoch, blocked.epoch),
-        attempt=blocked.attempt,
-        lease=lease,
-    )
-    if row_level:
-        splitting = QualityGate(
-            gate.table, row_level, policy="quarantine", quarantine=gate.quarantine_table
-        )
-        verdict = audit(writer, splitting, written)
-        written, quarantined = verdict.written, verdict.quarantined
+    written = verdict.written
     versions = {
         t: written.versions[t] if t in written.versions else _version(catalog, t)
         for t in blocked.tables
@@ -274,7 +284,7 @@ def quarantine(
         rows=dict(written.rows),
         attempt=blocked.attempt,
     )
-    return ResolveResult(resolution, versions, commit, quarantined=quarantined)
+    return ResolveResult(resolution, versions, commit, quarantined=verdict.quarantined)
 
 
 def resolve_actions() -> Sequence[str]:

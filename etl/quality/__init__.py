@@ -13,7 +13,12 @@ from etl.errors import (
 )
 from etl.quality.gate import POLICIES, ExpectationScope, Policy, QualityGate
 from etl.quality.rules import quarantine_supported_types
-from etl.quality.run import FAILED_EXPECTATIONS_COLUMN, GateOutcome, run_gate
+from etl.quality.run import (
+    FAILED_EXPECTATIONS_COLUMN,
+    GateOutcome,
+    no_quarantined_rows,
+    run_gate,
+)
 
 __all__ = [
     "FAILED_EXPECTATIONS_COLUMN",
@@ -26,6 +31,7 @@ __all__ = [
     "QualityError",
     "QualityGate",
     "QuarantineMismatchError",
+    "no_quarantined_rows",
     "quarantine_supported_types",
     "run_gate",
 ]

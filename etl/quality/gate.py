@@ -77,7 +77,10 @@ class QualityGate:
     Under ``quarantine`` every row-level expectation must be one GX evaluates per row and
     :func:`quarantine_supported_types` lists, without ``mostly`` or ``row_condition``;
     anything else is refused here, not at run time. Failing rows go to ``quarantine``
-    (default ``<table>_quarantine``).
+    (default ``<table>_quarantine``), a side output of the table's job under every policy:
+    under ``block`` it receives rows only when an operator resolves a blocked epoch by
+    quarantining them (``etl resolve --quarantine``), under ``warn`` never; so changing a
+    gate's policy never leaves a table behind that no job seals.
     """
 
     table: str
@@ -97,12 +100,6 @@ class QualityGate:
                 f"unknown policy {self.policy!r}; valid policies are {', '.join(POLICIES)}",
             )
         if self.quarantine is not None:
-            if self.policy != "quarantine":
-                raise GateDefinitionError(
-                    self.table,
-                    f"names quarantine table {self.quarantine!r} but its policy is "
-                    f"{self.policy!r}; set policy='quarantine' or drop `quarantine`",
-                )
             validate_name(self.quarantine, kind="table")
         if isinstance(self.expectations, Expectation) or not self.expectations:
             raise GateDefinitionError(
@@ -132,10 +129,8 @@ class QualityGate:
         object.__setattr__(self, "checks", tuple(checks))
 
     @property
-    def quarantine_table(self) -> str | None:
-        """The table failing rows go to: None unless the policy is ``quarantine``."""
-        if self.policy != "quarantine":
-            return None
+    def quarantine_table(self) -> str:
+        """The table failing rows go to: a side output of the table's job."""
         return self.quarantine or f"{self.table}_quarantine"
 
     def _require_splittable(self, check: Check) -> None:

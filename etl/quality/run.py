@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from functools import reduce
 from typing import TYPE_CHECKING, Any, cast
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from etl.delta.log import EPOCH_COLUMN
@@ -266,24 +266,35 @@ def _split(
                 gx_unexpected=gx_unexpected,
                 predicate_rows=int(counts[position]),
             )
-    failed_labels = F.array_compact(
-        F.array(*(F.when(flag, F.lit(label)) for label, flag in flags)).cast("array<string>")
-    )
-    quarantined = (
-        rows.filter(failing)
-        .withColumn(FAILED_EXPECTATIONS_COLUMN, failed_labels)
-        .withColumn(EPOCH_COLUMN, F.lit(epoch).cast("long"))
-    )
     return replace(
         outcome,
         passing=rows.filter(~failing),
-        quarantined=quarantined,
+        quarantined=_tagged(rows.filter(failing), flags, epoch),
         quarantined_count=int(counts["failing"]),
     )
+
+
+def _tagged(rows: DataFrame, flags: list[tuple[str, Column]], epoch: int) -> DataFrame:
+    """Failing rows as the quarantine table holds them: the labels of the expectations
+    each fails, and the gated epoch."""
+    failed_labels = F.array_compact(
+        F.array(*(F.when(flag, F.lit(label)) for label, flag in flags)).cast("array<string>")
+    )
+    return rows.withColumn(FAILED_EXPECTATIONS_COLUMN, failed_labels).withColumn(
+        EPOCH_COLUMN, F.lit(epoch).cast("long")
+    )
+
+
+def no_quarantined_rows(gate: QualityGate, rows: DataFrame, *, epoch: int) -> DataFrame:
+    """No rows, with the quarantine table's schema for ``rows``: what creates the table of
+    a gate whose epoch quarantined nothing (a ``block`` gate's, until a resolution)."""
+    flags = [(c.label, F.lit(False)) for c in gate.checks if c.level == "row"]
+    return _tagged(rows.limit(0), flags, epoch)
 
 
 __all__ = [
     "FAILED_EXPECTATIONS_COLUMN",
     "GateOutcome",
+    "no_quarantined_rows",
     "run_gate",
 ]

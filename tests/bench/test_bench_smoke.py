@@ -27,6 +27,7 @@ TINY = {
         "DB_BENCH_COMMITS": "50",
         "DB_BENCH_OPENS": "1",
     },
+    "takeover": {"DB_BENCH_ROUNDS": "1"},
     "merge_scaling": {
         "DB_BENCH_MERGE_SIZES": "2000,5000",
         "DB_BENCH_MERGE_KEYS": "50",
@@ -39,6 +40,7 @@ EXPECTED = {
     "freshness": "freshness of the last table",
     "merge_scaling": "merge job 5,000 / 2,000 rows:",
     "retention": "repeatable-read read of the latest cut",
+    "takeover": "kill -9 -> next run's first sealed epoch:",
 }
 
 

@@ -11,6 +11,7 @@ from catalog import (
     LineageCycleError,
     LineageEdge,
     RegistrationError,
+    SealRequest,
     TableConflictError,
     TableSpec,
     UnknownJobError,
@@ -232,6 +233,50 @@ def test_first_epoch_does_not_move_once_the_table_has_epoch_states(catalog):
     catalog.register_job(JobSpec("j", "out", inputs=("a", "b")))
     assert catalog.get_table("out").first_epoch == 3
     assert lease.generation == 1
+
+
+def test_a_side_output_an_existing_job_gains_starts_after_its_sealed_epochs(catalog):
+    """A gate that gains a quarantine table: the job's history stays, and the new table
+    holds back no COMMIT of the epochs the job sealed before it existed."""
+    catalog.register_table(table("src", "root"))
+    catalog.register_table(table("out"))
+    catalog.register_table(table("slow"))
+    catalog.register_job(JobSpec("f", "src", source="files"))
+    catalog.register_job(JobSpec("j", "out", inputs=("src",)))
+    catalog.register_job(JobSpec("k", "slow", inputs=("src",)))
+    leases = {job: catalog.acquire_lease(job, "me", ttl_seconds=60) for job in "fjk"}
+
+    def seal(job: str, tables: tuple[str, ...], epoch: int):
+        generation = leases[job].generation
+        for name in tables:
+            catalog.record_processed(
+                name, epoch, delta_version=epoch, job=job, attempt=1, generation=generation
+            )
+        return catalog.seal(job, generation, [SealRequest(t, epoch, epoch) for t in tables])
+
+    epochs = [catalog.open_epoch().id for _ in range(3)]
+    for epoch in epochs[:2]:
+        seal("f", ("src",), epoch)
+        seal("j", ("out",), epoch)
+    catalog.register_table(table("out_quarantine", "quarantine"))
+    catalog.register_job(JobSpec("j", "out", inputs=("src",), side_outputs=("out_quarantine",)))
+    assert catalog.get_table("out_quarantine").first_epoch == epochs[2]
+    assert catalog.get_table("out_quarantine").writer_job == "j"
+    assert catalog.get_job("j").side_outputs == ("out_quarantine",)
+    assert [e.epoch for e in catalog.table_epochs("out")] == epochs[:2]  # history kept
+    # The lagging job seals the earlier epochs: their COMMIT needs no quarantine state.
+    assert seal("k", ("slow",), epochs[0]).versions == {"src": 1, "out": 1, "slow": 1}
+    assert seal("k", ("slow",), epochs[1]) is not None
+    seal("f", ("src",), epochs[2])
+    seal("k", ("slow",), epochs[2])
+    manifest = seal("j", ("out", "out_quarantine"), epochs[2])
+    assert manifest is not None and "out_quarantine" in manifest.versions
+    # A job that never sealed keeps catching up from its inputs' first epoch.
+    catalog.register_table(table("late"))
+    catalog.register_table(table("late_errs", "rejects"))
+    catalog.register_job(JobSpec("m", "late", inputs=("src",)))
+    catalog.register_job(JobSpec("m", "late", inputs=("src",), side_outputs=("late_errs",)))
+    assert catalog.get_table("late_errs").first_epoch == 1
 
 
 def test_lineage_lists_every_edge(catalog):

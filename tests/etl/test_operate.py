@@ -26,7 +26,9 @@ from catalog import (
     TableSpec,
     load_catalog,
 )
+from etl.faults import FAULT_ENV
 from tests.support.cli_runner import REPO, etl, start
+from tests.support.faults.process import wait_stopped
 
 WORDCOUNT = REPO / "examples" / "wordcount" / "pipeline.py"
 
@@ -94,7 +96,8 @@ def test_block_resolve_failures_and_two_pipelines_in_one_warehouse(tmp_path):
     assert orders["pipeline"] == "shop" and orders["blocked_epoch"] == 1
     assert orders["resolve"] == "etl resolve orders 1 --accept|--quarantine|--skip"
     assert "expect_column_values_to_not_be_null" in orders["blocked"]
-    assert [t["table"] for t in report["tables"]][:2] == ["orders", "big_orders"]  # lineage
+    lineage = [t["table"] for t in report["tables"]][:3]
+    assert lineage == ["orders", "orders_quarantine", "big_orders"]
 
     # 2. Skip it: rolled back and sealed empty, recorded; no Spark needed.
     skipped = etl(
@@ -210,6 +213,90 @@ def test_block_resolve_failures_and_two_pipelines_in_one_warehouse(tmp_path):
         assert catalog.failures(job="b_totals")  # history stays readable
 
 
+STRICT = GATED.replace(
+    'column="id")]',
+    'column="id"), gx.expectations.ExpectTableRowCountToBeBetween(max_value=1)]',
+)
+"""The shop pipeline whose gate also has a table-level expectation epoch 1 fails."""
+
+
+def sql_json(warehouse: Path, cwd: Path, query: str) -> list[dict]:
+    result = etl("sql", query, "--format", "json", "--warehouse", warehouse, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.spark
+def test_block_gate_resolved_by_quarantining_its_failing_rows(tmp_path):
+    """A block gate's epoch, quarantined: failing rows to `orders_quarantine`, the rest
+    sealed, downstream catches up; a table-level failure cannot be split (exit 2)."""
+    warehouse, drops = tmp_path / "wh", tmp_path / "drops"
+    shop, strict = tmp_path / "shop.py", tmp_path / "strict.py"
+    shop.write_text(GATED)
+    strict.write_text(STRICT)
+    run_shop = ("run", shop, "--once", "--warehouse", warehouse, "--param", f"dir={drops}")
+    drop(drops, "a.json", [{"id": 1, "amount": 150.0}, {"id": None, "amount": 200.0}])
+    first = etl(*run_shop, cwd=tmp_path)
+    assert first.returncode == 4, first.stderr
+    with load_catalog(warehouse=warehouse) as catalog:
+        assert catalog.get_job("ingest").side_outputs == ("orders_quarantine",)
+        assert catalog.table_epoch("orders", 1).state is EpochState.PROCESSED
+    resolve = ("resolve", "orders", "1", "--quarantine", "--warehouse", warehouse)
+
+    # A gate whose table-level expectation fails: no split satisfies it; nothing changes.
+    refused = etl(
+        *resolve, "--pipeline", strict, "--param", f"dir={drops}", cwd=tmp_path, COLUMNS="200"
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "expect_table_row_count_to_be_between" in refused.stderr
+    assert "table-level" in refused.stderr and "--accept" in refused.stderr
+    with load_catalog(warehouse=warehouse) as catalog:
+        assert catalog.table_epoch("orders", 1).state is EpochState.PROCESSED
+        assert catalog.resolutions("orders") == []
+
+    done = etl(
+        *resolve,
+        "--pipeline",
+        shop,
+        "--param",
+        f"dir={drops}",
+        "--reason",
+        "null ids",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "sealed without its 1 failing row(s)" in done.stdout and "QUARANTINE" in done.stdout
+    no_java(done.stderr)
+    again = etl(*run_shop, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+
+    assert sql_json(warehouse, tmp_path, "SELECT id, amount FROM orders") == [
+        {"id": 1, "amount": 150.0}
+    ]
+    (held,) = sql_json(
+        warehouse,
+        tmp_path,
+        "SELECT id, amount, _failed_expectations, _epoch FROM orders_quarantine",
+    )
+    assert held["id"] is None and held["amount"] == 200.0 and held["_epoch"] == 1
+    assert held["_failed_expectations"] == ['expect_column_values_to_not_be_null(column="id")']
+    assert sql_json(warehouse, tmp_path, "SELECT id FROM big_orders") == [{"id": 1}]
+    with load_catalog(warehouse=warehouse) as catalog:
+        assert catalog.latest_commit(pipeline="shop").epoch == 2
+        for table in ("orders", "orders_quarantine", "big_orders"):
+            assert catalog.table_epoch(table, 1).state is EpochState.WRITTEN, table
+        assert catalog.table_epoch("orders_quarantine", 1).rows == 1
+    epochs = etl("epochs", "orders", "--format", "json", "--warehouse", warehouse, cwd=tmp_path)
+    first_epoch = json.loads(epochs.stdout)[0]
+    assert first_epoch["state"] == "WRITTEN" and first_epoch["rows"] == 1
+    assert first_epoch["resolution"]["action"] == "QUARANTINE"
+    assert first_epoch["resolution"]["reason"] == "null ids"
+    report = status_json(warehouse, tmp_path)
+    tables = {t["table"]: t for t in report["tables"]}
+    assert tables["orders"]["blocked"] is None and tables["big_orders"]["lag_epochs"] == 0
+    assert tables["orders_quarantine"]["lag_epochs"] == 0
+
+
 @pytest.mark.spark
 def test_kill_9_then_run_takes_over_at_once_and_sigterm_releases(tmp_path):
     warehouse, incoming = tmp_path / "wh", tmp_path / "incoming"
@@ -265,6 +352,196 @@ def test_kill_9_then_run_takes_over_at_once_and_sigterm_releases(tmp_path):
             lease = catalog.get_lease(job.name)
             assert lease is None or lease.expires_at <= now + timedelta(seconds=1)
     assert took < 300  # mostly Spark start-up, which depends on the machine's load
+
+
+@pytest.mark.spark
+def test_a_second_signal_stops_at_once_and_the_next_run_recovers_exactly_once(tmp_path):
+    warehouse, incoming = tmp_path / "wh", tmp_path / "incoming"
+    incoming.mkdir()
+    (incoming / "a.txt").write_text("apple\npear\napple\n")
+    args = ("--warehouse", warehouse, "--param", f"input_dir={incoming}")
+    # Frozen mid-epoch: etl1's merge is in word_counts' Delta log, not yet in the catalog.
+    child = start(
+        "run", WORDCOUNT, "--once", *args, cwd=tmp_path, env={FAULT_ENV: "pause:after_commit@etl1"}
+    )
+    assert wait_stopped(child.pid, timeout=300, poll=child.poll), child.communicate()[1]
+    # Both signals wait while it is stopped; Python handles SIGINT's first, then SIGTERM's.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCONT):
+        child.send_signal(signum)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 128 + signal.SIGTERM, stderr
+    assert "stopping (Ctrl-C): finishing" in stderr and "stopped at once (" in stderr
+    assert "The next `etl run` recovers" in stderr and "Traceback" not in stderr
+    with load_catalog(warehouse=warehouse) as catalog:
+        # Nothing released: the leases are left for the next run to take over at once.
+        assert catalog.get_lease("etl1") is not None
+        assert catalog.get_lease("etl1").expires_at > datetime.now(UTC)
+        assert catalog.latest_commit() is None
+
+    again = etl("run", WORDCOUNT, "--once", *args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "took over job etl1 from " in again.stderr and "that process is gone" in again.stderr
+    rows = etl(
+        "sql",
+        "SELECT c.word, c.cnt, n.words FROM word_counts c JOIN cnt_counts n USING (cnt) "
+        "ORDER BY c.word",
+        "--format",
+        "json",
+        "--consistency",
+        "repeatable-read",
+        "--warehouse",
+        warehouse,
+        cwd=tmp_path,
+    )
+    assert rows.returncode == 0, rows.stderr
+    assert json.loads(rows.stdout) == [
+        {"word": "apple", "cnt": 2, "words": 1},
+        {"word": "pear", "cnt": 1, "words": 1},
+    ]
+    words = etl(
+        "sql",
+        "SELECT count(*) AS n FROM words",
+        "--format",
+        "json",
+        "--warehouse",
+        warehouse,
+        cwd=tmp_path,
+    )
+    assert json.loads(words.stdout) == [{"n": 3}], words.stderr
+
+
+SALES = """
+from etl import FileSource, Pipeline, param
+
+pipeline = Pipeline("sales")
+pipeline.ingest("s_ingest", source=FileSource("s_drops", path=param("dir"), format="json",
+                schema="id INT, amount DOUBLE"), output="sales")
+pipeline.sql("s_totals", output="sales_totals", inputs=["sales"], mode="overwrite",
+             query="SELECT count(*) AS n, sum(amount) AS total FROM sales")
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_two_pipelines_run_concurrently_in_one_warehouse(tmp_path, backend, request):
+    """Two `etl run --continuous` at the same time, one catalog: both make progress, and
+    each one's status, COMMIT and time travel are its own."""
+    warehouse, incoming, sdrops = tmp_path / "wh", tmp_path / "incoming", tmp_path / "sdrops"
+    incoming.mkdir()
+    sales = tmp_path / "sales.py"
+    sales.write_text(SALES)
+    where: tuple[str | Path, ...] = ("--warehouse", warehouse)
+    if backend == "postgres":
+        where = (*where, "--catalog", request.getfixturevalue("postgres_url"))
+    words_sent, sales_sent = 0, 0
+
+    def feed(n: int) -> None:
+        nonlocal words_sent, sales_sent
+        hidden = incoming / f".w{n}.tmp"
+        hidden.write_text("apple\npear\n")
+        os.replace(hidden, incoming / f"w{n}.txt")
+        words_sent += 2
+        drop(sdrops, f"s{n}.json", [{"id": n, "amount": 1.5}])
+        sales_sent += 1
+
+    feed(0)
+    runs = {
+        "wordcount": start(
+            "run",
+            WORDCOUNT,
+            "--continuous",
+            "--epoch-interval",
+            "1",
+            *where,
+            "--param",
+            f"input_dir={incoming}",
+            cwd=tmp_path,
+        ),
+        "sales": start(
+            "run",
+            sales,
+            "--continuous",
+            "--epoch-interval",
+            "1",
+            *where,
+            "--param",
+            f"dir={sdrops}",
+            cwd=tmp_path,
+        ),
+    }
+    url = where[-1] if backend == "postgres" else None
+    deadline = time.monotonic() + 600
+    with load_catalog(url, warehouse=warehouse if url is None else None) as catalog:
+
+        def commits() -> dict[str, int]:
+            return {
+                name: (c.epoch if (c := catalog.latest_commit(pipeline=name)) else 0)
+                for name in runs
+            }
+
+        while min(commits().values()) == 0:
+            for name, child in runs.items():
+                assert child.poll() is None, (name, child.communicate()[1])
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        # Both are running: each must seal three more epochs while the other runs too.
+        start_commits, n = commits(), 1
+        while any(commits()[p] < start_commits[p] + 3 for p in runs):
+            for name, child in runs.items():
+                assert child.poll() is None, (name, child.communicate()[1])
+            assert time.monotonic() < deadline
+            feed(n)
+            n += 1
+            time.sleep(1.0)
+    for child in runs.values():
+        child.send_signal(signal.SIGTERM)
+    for name, child in runs.items():
+        _, stderr = child.communicate(timeout=300)
+        assert child.returncode == 0, (name, stderr)
+        assert "database is locked" not in stderr and "failed:" not in stderr, (name, stderr)
+
+    with load_catalog(url, warehouse=warehouse if url is None else None) as catalog:
+        own = {
+            "wordcount": {"words", "word_counts", "cnt_counts"},
+            "sales": {"sales", "sales_totals"},
+        }
+        epochs = {p: [e.id for e in catalog.epochs(pipeline=p)] for p in runs}
+        # The epochs interleave: the two runs opened them at the same time.
+        assert set(epochs["sales"]) & set(range(epochs["wordcount"][0], epochs["wordcount"][-1]))
+        # Each pipeline's first COMMIT (earlier epochs may be coalesced into it).
+        first_commit = {p: next(e for e in epochs[p] if catalog.get_commit(e)) for p in runs}
+        for p in runs:
+            commit = catalog.latest_commit(pipeline=p)
+            assert commit.epoch == epochs[p][-1] and set(commit.versions) == own[p]
+            assert catalog.get_commit(epochs[p][-1]).pipeline == p
+    report = etl("status", "--format", "json", *where, cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    status = json.loads(report.stdout)
+    for p in status["pipelines"]:
+        assert p["max_lag_epochs"] == 0 and p["last_commit"] == epochs[p["pipeline"]][-1], p
+    for table in status["tables"]:
+        assert table["lag_epochs"] == 0, table
+
+    def query(sql: str, *extra: str) -> list[dict]:
+        result = etl("sql", sql, "--format", "json", *extra, *where, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    assert query("SELECT n, total FROM sales_totals") == [
+        {"n": sales_sent, "total": 1.5 * sales_sent}
+    ]
+    assert query("SELECT sum(cnt) AS n FROM word_counts") == [{"n": words_sent}]
+    # Time travel to each one's first COMMIT: a consistent cut of that pipeline alone.
+    early = str(first_commit["sales"])
+    (then,) = query("SELECT count(*) AS n FROM sales", "--as-of-epoch", early)
+    assert query("SELECT n FROM sales_totals", "--as-of-epoch", early) == [then]
+    assert then["n"] < sales_sent
+    early = str(first_commit["wordcount"])
+    (then,) = query("SELECT count(*) AS n FROM words", "--as-of-epoch", early)
+    assert query("SELECT sum(cnt) AS n FROM word_counts", "--as-of-epoch", early) == [then]
+    assert then["n"] < words_sent
 
 
 def test_status_json_against_a_scripted_history(tmp_path):

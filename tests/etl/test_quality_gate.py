@@ -99,16 +99,18 @@ def test_gate_refuses_an_empty_or_foreign_expectation_list(spark):
         QualityGate("orders", ["expect_column_values_to_not_be_null"])
 
 
-def test_only_a_quarantine_gate_has_a_quarantine_table(spark):
+def test_every_gate_has_a_quarantine_table_whatever_its_policy(spark):
     not_null = [gxe.ExpectColumnValuesToNotBeNull(column="id")]
-    assert QualityGate("orders", not_null).quarantine_table is None
+    # Under block it receives rows only when `etl resolve --quarantine` splits them, under
+    # warn never: a policy change keeps the job's tables.
+    assert QualityGate("orders", not_null, policy="warn").quarantine_table == "orders_quarantine"
+    assert QualityGate("orders", not_null).quarantine_table == "orders_quarantine"
     assert QualityGate("orders", not_null, policy="quarantine").quarantine_table == (
         "orders_quarantine"
     )
     named = QualityGate("orders", not_null, policy="quarantine", quarantine="bad_orders")
     assert named.quarantine_table == "bad_orders"
-    with pytest.raises(GateDefinitionError, match="policy='quarantine'"):
-        QualityGate("orders", not_null, policy="warn", quarantine="bad_orders")
+    assert QualityGate("orders", not_null, quarantine="held").quarantine_table == "held"
     with pytest.raises(TypeError):
         QualityGate("orders", not_null, "warn")  # the policy is keyword-only
 

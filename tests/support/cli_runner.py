@@ -40,11 +40,14 @@ def etl(*args: str | Path, cwd: Path, timeout: float = 600, **env: str):
     return result
 
 
-def start(*args: str | Path, cwd: Path, **popen) -> subprocess.Popen:
+def start(
+    *args: str | Path, cwd: Path, env: dict[str, str] | None = None, **popen
+) -> subprocess.Popen:
+    """Start the real ``etl`` command; ``env``: extra environment variables."""
     return subprocess.Popen(
         [str(ETL), *map(str, args)],
         cwd=cwd,
-        env=_env(),
+        env=_env(**(env or {})),
         stdout=subprocess.PIPE,
         stderr=popen.pop("stderr", subprocess.PIPE),
         text=True,
