@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "tables_in_sql": "etl.reader",
     # errors
     "EtlError": "etl.errors",
+    "ExitCode": "etl.errors",
     "InternalError": "etl.errors",
     "JobError": "etl.errors",
     "JobExecutionError": "etl.errors",

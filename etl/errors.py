@@ -7,11 +7,13 @@ branch; :class:`InternalError` marks a bug (an invariant that does not hold).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from enum import IntEnum
 
 from catalog.errors import DeltaBarrierError
 
 __all__ = [
     "CommitConflictError",
+    "ExitCode",
     "DeltaBarrierError",
     "DeltaIOError",
     "DuplicateMergeKeyError",
@@ -37,6 +39,21 @@ __all__ = [
     "UnsupportedTableFeatureError",
     "UsageError",
 ]
+
+
+class ExitCode(IntEnum):
+    """The ``etl`` command's exit codes (README, "Exit codes"). A second Ctrl-C/SIGTERM
+    exits at once with the shell's 128 + signal number instead."""
+
+    OK = 0
+    JOB_FAILED = 1
+    """A job failed, or an internal error (a bug)."""
+    USAGE = 2
+    """Usage or configuration error: nothing was done."""
+    BUSY = 3
+    """Another run holds the pipeline."""
+    BLOCKED = 4
+    """An epoch is blocked by a quality gate."""
 
 
 class EtlError(DeltaBarrierError):

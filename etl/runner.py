@@ -35,7 +35,7 @@ from catalog import (
 from consistency import EpochBatch, plan_batches
 from etl.engine import BatchResult, EpochEngine, RecoveryStep, StepAction, recover
 from etl.engine.commit import next_attempt
-from etl.errors import InternalError, JobError, PipelineBusyError
+from etl.errors import ExitCode, InternalError, JobError, PipelineBusyError
 from etl.leases import LeaseKeeper, make_owner, owner_state
 from etl.pipeline import Job, Pipeline
 from etl.retention.gate import BatchGate
@@ -43,7 +43,6 @@ from etl.retention.gate import BatchGate
 log = logging.getLogger(__name__)
 
 
-EXIT_OK, EXIT_FAILED, EXIT_BLOCKED = 0, 1, 4
 """A run's exit codes (etl.cli.app documents them with the others)."""
 
 DEFAULT_LEASE_TTL_SECONDS = 15.0
@@ -101,12 +100,12 @@ class RunResult:
         return not self.failures
 
     @property
-    def exit_code(self) -> int:
+    def exit_code(self) -> ExitCode:
         if self.failures:
-            return EXIT_FAILED
+            return ExitCode.JOB_FAILED
         if self.blocked or self.blocked_in_recovery:
-            return EXIT_BLOCKED
-        return EXIT_OK
+            return ExitCode.BLOCKED
+        return ExitCode.OK
 
     def merged(self, other: RunResult) -> RunResult:
         return RunResult(
@@ -494,9 +493,6 @@ class Runner:
 
 __all__ = [
     "DEFAULT_LEASE_TTL_SECONDS",
-    "EXIT_BLOCKED",
-    "EXIT_FAILED",
-    "EXIT_OK",
     "JobFailure",
     "ProgressCallback",
     "RunResult",

@@ -31,9 +31,14 @@ from rich.markup import escape
 from catalog import Catalog, CatalogNotFoundError, DeltaBarrierError, load_catalog
 from etl.cli.render import err
 from etl.config import scrub
-from etl.errors import InternalError, JobError, PipelineBusyError, PipelineLoadError, UsageError
-
-EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_BUSY, EXIT_BLOCKED = 0, 1, 2, 3, 4
+from etl.errors import (
+    ExitCode,
+    InternalError,
+    JobError,
+    PipelineBusyError,
+    PipelineLoadError,
+    UsageError,
+)
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
@@ -208,16 +213,16 @@ def guard(fn):
         try:
             return fn(*args, **kwargs)
         except PipelineBusyError as exc:
-            raise fail(str(exc), EXIT_BUSY) from None
+            raise fail(str(exc), ExitCode.BUSY) from None
         except (UsageError, PipelineLoadError) as exc:
-            raise fail(str(exc), EXIT_USAGE) from None
+            raise fail(str(exc), ExitCode.USAGE) from None
         except InternalError as exc:
             raise fail(
                 f"internal error: {exc}. This is a bug in Delta Barrier; please report it",
-                EXIT_JOB_FAILED,
+                ExitCode.JOB_FAILED,
             ) from None
         except DeltaBarrierError as exc:
-            code = EXIT_JOB_FAILED if isinstance(exc, JobError) else EXIT_USAGE
+            code = ExitCode.JOB_FAILED if isinstance(exc, JobError) else ExitCode.USAGE
             raise fail(str(exc), code) from None
 
     return wrapper
@@ -362,17 +367,12 @@ def main() -> None:
         defaults = default_map(command, load_project_config())
     except UsageError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-        sys.exit(EXIT_USAGE)
+        sys.exit(ExitCode.USAGE)
     command.main(prog_name="etl", default_map=defaults)
 
 
 __all__ = [
     "DEFAULT_FORMAT",
-    "EXIT_BLOCKED",
-    "EXIT_BUSY",
-    "EXIT_JOB_FAILED",
-    "EXIT_OK",
-    "EXIT_USAGE",
     "CatalogUrl",
     "Consistency",
     "ConsistencyOption",
