@@ -43,7 +43,7 @@ from consistency import NoCommonEpochError
 from etl import snapshot
 from etl.delta import read_arrow, table_version
 from etl.faults import FAULT_ENV, FAULT_EXIT_CODE, FAULT_POINTS
-from etl.runner import EXIT_BLOCKED, EXIT_OK
+from etl.errors import ExitCode
 from tests.support.faults import pipelines as P
 from tests.support.faults.process import wait_stopped
 
@@ -64,7 +64,7 @@ SOURCE_ONLY_POINTS = {"after_slice_recorded", "between_micro_batches"}
 # -- scenarios ---------------------------------------------------------------------------
 
 
-FINISHED = (EXIT_OK, EXIT_BLOCKED)
+FINISHED = (ExitCode.OK, ExitCode.BLOCKED)
 """Exit codes of a child run that ended normally: done, or stopped at the block gate."""
 
 
