@@ -42,8 +42,8 @@ from catalog import CatalogUnavailableError, EpochState
 from consistency import NoCommonEpochError
 from etl import snapshot
 from etl.delta import read_arrow, table_version
-from etl.faults import FAULT_ENV, FAULT_EXIT_CODE, FAULT_POINTS
 from etl.errors import ExitCode
+from etl.faults import FAULT_ENV, FAULT_EXIT_CODE, FAULT_POINTS
 from tests.support.faults import pipelines as P
 from tests.support.faults.process import wait_stopped
 
