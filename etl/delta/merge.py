@@ -32,10 +32,11 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 REWRITE_ALL_BYTES = 8 * 1024 * 1024
-"""A merge into a table whose files hold at most this many bytes rewrites every file in
-one Spark job, collected to the driver (at most ``collect_rows`` rows, else it falls back
-to rewriting only the touched files): finding the touched files first costs more than
-rewriting them all at this size."""
+"""A merge into a table whose files hold at most this many bytes (and fewer rows than
+``collect_rows``, by the log's statistics) rewrites every file in one Spark job collected
+to the driver: finding the touched files first costs more than rewriting them all at this
+size. When the result exceeds ``collect_rows`` (many inserts) it falls back to rewriting
+only the touched files."""
 
 _UPDATE = "__delta_barrier_update"
 _KEY_UPDATES = "__delta_barrier_key_updates"
@@ -71,8 +72,9 @@ def merge_files(
     (commit both with :func:`commit_files`, ``removes=``) and how many rows ``updates``
     held; nothing at all when ``updates`` is empty.
 
-    When the table's files hold at most ``rewrite_all_bytes`` and the result at most
-    ``collect_rows`` rows, every file is replaced, in one Spark job collected to the driver
+    When the table's files hold at most ``rewrite_all_bytes``, fewer than ``collect_rows``
+    rows by the log's statistics, and the result at most ``collect_rows`` rows, every file
+    is replaced, in one Spark job collected to the driver
     (:func:`etl.delta.write.write_arrow`). Otherwise only the files holding a key of
     ``updates`` are, found by a distributed semi-join on ``keys`` (only distinct file
     paths reach the driver) with the update keys broadcast.
@@ -108,7 +110,10 @@ def merge_files(
         file_prefix=file_prefix,
         check_unique_keys=check_unique_keys,
     )
-    if collect_rows > 0 and sum(f.size for f in plan.files) <= rewrite_all_bytes:
+    if (
+        sum(f.size for f in plan.files) <= rewrite_all_bytes
+        and _known_rows(plan.files) < collect_rows
+    ):
         merged = plan.rewrite_all(updates, collect_rows)
         if merged is not None:
             return merged
@@ -210,7 +215,10 @@ class _Merge:
                     .select(*columns)
                 )
                 merged = kept.unionAll(rows)
-            small = sum(f.size for f in touched) <= rewrite_all_bytes
+            small = (
+                sum(f.size for f in touched) <= rewrite_all_bytes
+                and _known_rows(touched) + upserted <= collect_rows
+            )
             adds = write_files(
                 merged,
                 self.location,
@@ -266,6 +274,11 @@ class _Merge:
                 reason=f"Spark read files the log does not list: {sorted(hit_paths)}",
             )
         return touched
+
+
+def _known_rows(files: Sequence[ActiveFile]) -> float:
+    """The rows of ``files`` by the log's statistics; infinite when a file has none."""
+    return sum(f.rows if f.rows is not None else float("inf") for f in files)
 
 
 def require_unique_keys(rows: DataFrame, location: str, keys: list[str]) -> None:

@@ -440,10 +440,11 @@ def test_a_merge_whose_result_is_too_big_to_collect_rewrites_only_touched_files(
         SCHEMA,
     )
     with pytest.raises(DuplicateMergeKeyError) as err:
-        _merge(spark, location, updates.unionAll(updates.where("id = 2")), "dup", collect_rows=5)
+        _merge(spark, location, updates.unionAll(updates.where("id = 2")), "dup", collect_rows=14)
     assert err.value.example == {"id": 2}
 
-    merged = _merge(spark, location, updates, "m1", collect_rows=5)
+    # The table's 13 rows could be collected, the result's 15 cannot.
+    merged = _merge(spark, location, updates, "m1", collect_rows=14)
     assert merged.upserted == 3
     assert [str(tmp_path / p) for p in merged.removes] == [holders[2]]
     version = _commit(
