@@ -130,6 +130,10 @@ class EpochEngine:
             lease=lease,
             check_lease=check_lease or (lambda: None),
             resumed=resumed,
+            locations={
+                table: self.catalog.get_table(table).location
+                for table in self.pipeline.tables_of(job)
+            },
         )
 
     # -- running a batch ---------------------------------------------------------------
