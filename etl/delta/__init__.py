@@ -1,4 +1,5 @@
-"""The only door to Delta: Spark tasks write Parquet files, the driver commits them via delta-rs.
+"""The only door to Delta: Spark tasks write Parquet files (small outputs: the driver, from
+rows collected as Arrow), the driver commits them via delta-rs.
 
 Tables stay plain Delta (protocol reader 1 / writer 2 unless the caller's data needs more,
 e.g. timestampNtz), readable by any Delta reader.

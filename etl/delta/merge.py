@@ -233,26 +233,22 @@ class _Merge:
 
     def count_updates(self, rows: DataFrame) -> int:
         """The rows of the updates; DuplicateMergeKeyError (when checking) if two share a
-        non-null key. One aggregation."""
+        non-null key. One aggregation; a second one names an example key if there is one."""
         from pyspark.sql import functions as F
 
         if not self.check_unique_keys:
             return rows.count()
-        per_key = F.when(~self.any_null_key(), F.col("__rows"))
         (totals,) = (
             rows.groupBy(*self.columns(self.keys))
             .agg(F.count(F.lit(1)).alias("__rows"))
             .agg(
                 F.sum("__rows").alias("rows"),
-                F.max(per_key).alias("most"),
-                F.max_by(F.struct(*self.columns(self.keys)), per_key).alias("example"),
+                F.max(F.when(~self.any_null_key(), F.col("__rows"))).alias("most"),
             )
             .collect()
         )
         if (totals["most"] or 0) > 1:
-            raise DuplicateMergeKeyError(
-                table=self.location, keys=self.keys, example=totals["example"].asDict()
-            )
+            require_unique_keys(rows, self.location, self.keys)
         return totals["rows"] or 0
 
     def touched_files(self, update_keys: DataFrame) -> list[ActiveFile]:

@@ -78,6 +78,10 @@ SMALL_OUTPUT_ROWS = 100_000
 """Outputs of at most this many rows are collected to the driver and written by pyarrow
 (:func:`write_files`' ``collect_rows``): the bound on the rows a write holds in driver
 memory. Larger outputs are written by Spark tasks."""
+SMALL_OUTPUT_BYTES = 8 * 1024 * 1024
+"""Only outputs whose size Spark's optimizer estimates (from the sizes of its inputs) at
+most this many bytes are tried for collecting (:func:`write_files`' ``collect_bytes``):
+collecting an output that turns out too big costs a Spark job for nothing."""
 
 CommitMode = Literal["append", "overwrite"]
 """How a commit treats the table's current files: keep them, or remove every one."""
@@ -249,6 +253,7 @@ def write_files(
     partition_by: Sequence[str] = (),
     file_prefix: str,
     collect_rows: int = SMALL_OUTPUT_ROWS,
+    collect_bytes: int = SMALL_OUTPUT_BYTES,
 ) -> list[DataFile]:
     """Write ``df`` as Parquet files into the table directory.
 
@@ -258,10 +263,11 @@ def write_files(
     columns) read from each file's footer. Partition columns are not stored in the files,
     as the Delta protocol says; timestamps are microseconds.
 
-    When ``df`` has at most ``collect_rows`` rows (:data:`SMALL_OUTPUT_ROWS` by default;
-    0 never collects), it is collected as Arrow by one Spark job that stops at
+    When Spark's optimizer estimates ``df`` at most ``collect_bytes`` and ``df`` has at
+    most ``collect_rows`` rows (:data:`SMALL_OUTPUT_BYTES`, :data:`SMALL_OUTPUT_ROWS` by
+    default; 0 never collects), it is collected as Arrow by one Spark job that stops at
     ``collect_rows + 1`` rows, and written by :func:`write_arrow`. Otherwise ``df`` is
-    computed again and Spark's own Parquet writer writes it into a private staging
+    computed (again) and Spark's own Parquet writer writes it into a private staging
     directory of the table (Spark's commit protocol: only files of successful task attempts
     survive), from which the driver moves the files into place; no data row reaches the
     driver then.
@@ -272,7 +278,7 @@ def write_files(
     location = normalize_location(location)
     partition_by = tuple(partition_by)
     _check_write_options(df, location, partition_by=partition_by, file_prefix=file_prefix)
-    if collect_rows > 0:
+    if collect_rows > 0 and estimated_bytes(df) <= collect_bytes:
         rows = collect_small(df, collect_rows)
         if rows is not None:
             return write_arrow(rows, location, partition_by=partition_by, file_prefix=file_prefix)
@@ -316,6 +322,12 @@ def _file_path(
     directory = hive_directory(partition_by, values)
     name = f"part-{file_prefix}-{uuid.uuid4()}.parquet"
     return f"{directory}/{name}" if directory else name
+
+
+def estimated_bytes(df: DataFrame) -> int:
+    """Spark's estimate of ``df``'s size (optimizer statistics: planning, no Spark job)."""
+    # A Scala BigInt: py4j hands over a Python int or an object whose str is the number.
+    return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
 
 
 def collect_small(df: DataFrame, max_rows: int) -> pa.Table | None:
@@ -772,6 +784,7 @@ def restore_table(
 
 __all__ = [
     "FENCE_APP_PREFIX",
+    "SMALL_OUTPUT_BYTES",
     "SMALL_OUTPUT_ROWS",
     "CommitMode",
     "DataFile",
@@ -779,6 +792,7 @@ __all__ = [
     "claim_table",
     "collect_small",
     "commit_files",
+    "estimated_bytes",
     "remove_staging",
     "string_upper_bound",
     "restore_table",

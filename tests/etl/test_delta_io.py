@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -115,12 +116,17 @@ def _spark_rows(df) -> list[tuple]:
     return _canonical(df.toArrow())
 
 
-# Both writers: the driver's (the rows collected as Arrow) and Spark's (collect_rows=0).
-WRITERS = pytest.mark.parametrize("collect_rows", [SMALL_OUTPUT_ROWS, 0], ids=["driver", "spark"])
+# Both writers: the driver's (the rows collected as Arrow; Spark estimates a DataFrame made
+# from Python rows at any size) and Spark's (collect_rows=0).
+WRITERS = pytest.mark.parametrize(
+    "collect",
+    [{"collect_rows": SMALL_OUTPUT_ROWS, "collect_bytes": sys.maxsize}, {"collect_rows": 0}],
+    ids=["driver", "spark"],
+)
 
 
 @WRITERS
-def test_round_trip_partitioned_keeps_schema_values_and_layout(spark, tmp_path, collect_rows):
+def test_round_trip_partitioned_keeps_schema_values_and_layout(spark, tmp_path, collect):
     names = ["a/b c", "x=y", None, "", "007", "ünï"]
     rows = [_row(i, epoch=1 + i % 2, name=names[i % len(names)]) for i in range(1, 25)]
     df = spark.createDataFrame(rows, SCHEMA).repartition(3)
@@ -129,7 +135,7 @@ def test_round_trip_partitioned_keeps_schema_values_and_layout(spark, tmp_path, 
         str(tmp_path),
         partition_by=["_epoch", "name"],
         file_prefix="e1",
-        collect_rows=collect_rows,
+        **collect,
     )
     version = _commit(tmp_path, df, files, 1, partition_by=["_epoch", "name"])
 
@@ -162,7 +168,7 @@ def test_round_trip_partitioned_keeps_schema_values_and_layout(spark, tmp_path, 
 
 
 @WRITERS
-def test_file_statistics_follow_the_delta_protocol(spark, tmp_path, collect_rows):
+def test_file_statistics_follow_the_delta_protocol(spark, tmp_path, collect):
     long_name = "z" * 40
     rows = [
         (1, "apple", 2.5, datetime(2024, 5, 1, 0, 0, 0, 123456, tzinfo=UTC), Decimal("12.345")),
@@ -171,7 +177,7 @@ def test_file_statistics_follow_the_delta_protocol(spark, tmp_path, collect_rows
     ]
     schema = "id long, name string, score double, ts timestamp, price decimal(12,3)"
     df = spark.createDataFrame(rows, schema).withColumn("tags", F.array(F.col("name")))
-    (file,) = write_files(df.coalesce(1), str(tmp_path), file_prefix="s", collect_rows=collect_rows)
+    (file,) = write_files(df.coalesce(1), str(tmp_path), file_prefix="s", **collect)
     stats = json.loads(file.stats, parse_float=Decimal)
 
     assert stats["numRecords"] == 3 == file.rows
@@ -458,10 +464,18 @@ def test_a_merge_whose_result_is_too_big_to_collect_rewrites_only_touched_files(
 def test_write_files_collects_at_most_collect_rows_rows(spark, tmp_path):
     rows = [_row(i, 1) for i in range(1, 7)]
     df = spark.createDataFrame(rows, SCHEMA).repartition(3)
-    collected = write_files(df, str(tmp_path / "a"), file_prefix="a", collect_rows=6)
-    by_spark = write_files(df, str(tmp_path / "b"), file_prefix="b", collect_rows=5)
-    assert len(collected) == 1 and len(by_spark) == 3  # one file from the driver, one per task
-    for name, files in (("a", collected), ("b", by_spark)):
+    big = sys.maxsize
+    collected = write_files(
+        df, str(tmp_path / "a"), file_prefix="a", collect_rows=6, collect_bytes=big
+    )
+    by_spark = write_files(
+        df, str(tmp_path / "b"), file_prefix="b", collect_rows=5, collect_bytes=big
+    )
+    # Rows that would fit, but Spark estimates them above collect_bytes: not even tried.
+    estimated_big = write_files(df, str(tmp_path / "c"), file_prefix="c", collect_rows=6)
+    # One file from the driver, one per task from Spark.
+    assert (len(collected), len(by_spark), len(estimated_big)) == (1, 3, 3)
+    for name, files in (("a", collected), ("b", by_spark), ("c", estimated_big)):
         _commit(tmp_path / name, df, files, 1)
         assert _spark_rows(read_table(spark, str(tmp_path / name))) == _spark_rows(df)
 
