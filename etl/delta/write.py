@@ -5,10 +5,11 @@ Spark's Parquet writer writes the rows (Hive-style partition directories; partit
 are not stored in the files, as the Delta protocol says). The driver reads only the files'
 footers, for a small descriptor per file: path, size, partition values, row count and
 Delta statistics, and commits the files to the Delta log through delta-rs, fenced by the
-job's lease generation (:class:`Fence`). An output of at most :data:`SMALL_OUTPUT_ROWS`
-rows is collected as Arrow in one Spark job instead and written by pyarrow in the driver,
-in the same layout: a Spark write costs several times more fixed driver work than a
-collect (commit protocol, staging, listing).
+job's lease generation (:class:`Fence`). An output estimated at most
+:data:`SMALL_OUTPUT_BYTES` with at most :data:`SMALL_OUTPUT_ROWS` rows is collected as Arrow
+in one Spark job instead and written by pyarrow in the driver, in the same layout: a Spark
+write costs several times more fixed driver work than a collect (commit protocol, staging,
+listing).
 """
 
 from __future__ import annotations
