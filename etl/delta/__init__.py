@@ -1,4 +1,5 @@
-"""The only door to Delta: Spark tasks write Parquet files, the driver commits them via delta-rs.
+"""The only door to Delta: Spark tasks write Parquet files (small outputs: the driver, from
+rows collected as Arrow), the driver commits them via delta-rs.
 
 Tables stay plain Delta (protocol reader 1 / writer 2 unless the caller's data needs more,
 e.g. timestampNtz), readable by any Delta reader.
@@ -28,11 +29,13 @@ from etl.delta.log import (
     active_files,
     log_commits,
     open_table,
+    table_exists,
     table_version,
 )
-from etl.delta.merge import MergeWrite, merge_files, require_unique_keys
+from etl.delta.merge import REWRITE_ALL_BYTES, MergeWrite, merge_files, require_unique_keys
 from etl.delta.read import read_arrow, read_epochs, read_pandas, read_table, scan
 from etl.delta.write import (
+    SMALL_OUTPUT_ROWS,
     CommitMode,
     DataFile,
     Fence,
@@ -46,6 +49,8 @@ from etl.delta.write import (
 __all__ = [
     "EPOCH_COLUMN",
     "PARTITION_TYPES",
+    "REWRITE_ALL_BYTES",
+    "SMALL_OUTPUT_ROWS",
     "SUPPORTED_READER_FEATURES",
     "ActiveFile",
     "CommitMode",
@@ -66,6 +71,7 @@ __all__ = [
     "require_unique_keys",
     "restore_table",
     "scan",
+    "table_exists",
     "table_version",
     "write_files",
 ]

@@ -79,6 +79,11 @@ def check_supported(table: DeltaTable, location: str) -> None:
         raise UnsupportedTableFeatureError(location, unsupported)
 
 
+def table_exists(location: str) -> bool:
+    """Whether a Delta table is at ``location``; no log is read (unlike :func:`table_version`)."""
+    return DeltaTable.is_deltatable(normalize_location(location))
+
+
 def table_version(location: str) -> int | None:
     """The latest Delta version at ``location``; None when there is no Delta table."""
     location = normalize_location(location)
@@ -98,6 +103,8 @@ class ActiveFile:
     """Typed partition values (None for null)."""
     min_values: Mapping[str, Any]
     max_values: Mapping[str, Any]
+    rows: int | None = None
+    """numRecords of the file's statistics; None when the log has none."""
 
 
 def active_files(table: DeltaTable) -> list[ActiveFile]:
@@ -105,7 +112,11 @@ def active_files(table: DeltaTable) -> list[ActiveFile]:
     actions = pa.table(table.get_add_actions(flatten=False))
     columns = set(actions.column_names)
     rows = actions.select(
-        [c for c in ("path", "size_bytes", "partition", "min", "max") if c in columns]
+        [
+            c
+            for c in ("path", "size_bytes", "partition", "min", "max", "num_records")
+            if c in columns
+        ]
     ).to_pylist()
     # The log stores paths URL-encoded (Delta protocol, "Add File and Remove File").
     return [
@@ -115,6 +126,7 @@ def active_files(table: DeltaTable) -> list[ActiveFile]:
             partition_values=row.get("partition") or {},
             min_values=row.get("min") or {},
             max_values=row.get("max") or {},
+            rows=row.get("num_records"),
         )
         for row in rows
     ]
@@ -190,5 +202,6 @@ __all__ = [
     "history",
     "log_commits",
     "open_table",
+    "table_exists",
     "table_version",
 ]

@@ -1,19 +1,25 @@
 """Keyed upserts (merge) as copy-on-write: the files holding an updated key are rewritten.
 
-Spark finds the touched files and writes their kept rows plus the updates; the result is
-committed with :func:`etl.delta.write.commit_files` (adds and removes in one commit).
+Spark computes the rewritten files' rows (the kept rows plus the updates); the result is
+committed with :func:`etl.delta.write.commit_files` (adds and removes in one commit). A
+small table is rewritten whole in one Spark job; a larger one in three (count and key
+check, touched files, write).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import reduce
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from etl.delta.layout import absolute_path, normalize_location, spark_file_path
-from etl.delta.log import active_files, check_supported, open_table
+from etl.delta.log import ActiveFile, active_files, check_supported, open_table
 from etl.delta.read import FILE_PATH_COLUMN, scan, spark_schema
-from etl.delta.write import DataFile, write_files
+from etl.delta.write import SMALL_OUTPUT_ROWS, DataFile, collect_small, write_arrow, write_files
 from etl.errors import (
     DeltaIOError,
     DuplicateMergeKeyError,
@@ -22,7 +28,18 @@ from etl.errors import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from deltalake import DeltaTable
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+REWRITE_ALL_BYTES = 8 * 1024 * 1024
+"""A merge into a table whose files hold at most this many bytes (and fewer rows than
+``collect_rows``, by the log's statistics) rewrites every file in one Spark job collected
+to the driver: finding the touched files first costs more than rewriting them all at this
+size. When the result exceeds ``collect_rows`` (many inserts) it falls back to rewriting
+only the touched files."""
+
+_UPDATE = "__delta_barrier_update"
+_KEY_UPDATES = "__delta_barrier_key_updates"
 
 
 @dataclass(frozen=True)
@@ -45,23 +62,29 @@ def merge_files(
     partition_by: Sequence[str] = (),
     file_prefix: str,
     check_unique_keys: bool = True,
+    rewrite_all_bytes: int = REWRITE_ALL_BYTES,
+    collect_rows: int = SMALL_OUTPUT_ROWS,
 ) -> MergeWrite:
     """Copy-on-write keyed upsert against the table at ``version``.
 
-    Finds (distributed: a semi-join on ``keys`` reporting each row's file; only distinct
-    file paths reach the driver) the files that hold a key of ``updates``, and writes their
-    rows minus the updated keys plus every row of ``updates``. Returns the new files and
-    the relative paths of the replaced files (commit both with :func:`commit_files`,
-    ``removes=``) and how many rows ``updates`` held.
+    Writes the rows of the replaced files minus the updated keys plus every row of
+    ``updates``. Returns the new files and the relative paths of the replaced files
+    (commit both with :func:`commit_files`, ``removes=``) and how many rows ``updates``
+    held; nothing at all when ``updates`` is empty.
+
+    When the table's files hold at most ``rewrite_all_bytes``, fewer than ``collect_rows``
+    rows by the log's statistics, and the result at most ``collect_rows`` rows, every file
+    is replaced, in one Spark job collected to the driver
+    (:func:`etl.delta.write.write_arrow`). Otherwise only the files holding a key of
+    ``updates`` are, found by a distributed semi-join on ``keys`` (only distinct file
+    paths reach the driver) with the update keys broadcast.
 
     ``updates`` must have the table's columns and at most one row per key. With
-    ``check_unique_keys`` (default) that is checked with one aggregation over ``updates``
-    (a shuffle of the updates only), raising DuplicateMergeKeyError. Null keys match no
-    row (SQL equality), so an update with a null key is an insert.
+    ``check_unique_keys`` (default) that is checked (in the same job as the rewrite, or in
+    the aggregation counting the updates), raising DuplicateMergeKeyError before anything
+    is written. Null keys match no row (SQL equality), so an update with a null key is an
+    insert.
     """
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     location = normalize_location(location)
     table = open_table(location, version=version, operation="merge")
     check_supported(table, location)
@@ -76,49 +99,182 @@ def merge_files(
             option="keys",
             reason=f"{list(keys)} must be a non-empty list of the table's columns {list(expected)}",
         )
-    columns = [F.col(f"`{name}`") for name in expected]
-    key_list = list(keys)
-    rows = updates.select(*columns)
-    persisted = not updates.is_cached
-    if persisted:
-        # Read up to four times below; a recomputed transform could even differ.
-        rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        if check_unique_keys:
-            require_unique_keys(rows, location, key_list)
-        update_keys = rows.select(*[F.col(f"`{k}`") for k in key_list])
-        files = active_files(table)
-        touched = []
-        if files:
-            hits = (
-                scan(spark, location, table, files, with_file_path=True)
-                .join(update_keys, on=key_list, how="left_semi")
-                .select(FILE_PATH_COLUMN)
-                .distinct()
-                .collect()
-            )
-            hit_paths = {spark_file_path(row[0]) for row in hits}
-            touched = [f for f in files if absolute_path(location, f.path) in hit_paths]
-            if len(touched) != len(hit_paths):
-                raise DeltaIOError(
-                    table=location,
-                    operation="merge",
-                    reason=f"Spark read files the log does not list: {sorted(hit_paths)}",
+    plan = _Merge(
+        spark=spark,
+        location=location,
+        table=table,
+        files=active_files(table),
+        names=list(expected),
+        keys=list(keys),
+        partition_by=tuple(partition_by),
+        file_prefix=file_prefix,
+        check_unique_keys=check_unique_keys,
+    )
+    if (
+        sum(f.size for f in plan.files) <= rewrite_all_bytes
+        and _known_rows(plan.files) < collect_rows
+    ):
+        merged = plan.rewrite_all(updates, collect_rows)
+        if merged is not None:
+            return merged
+    return plan.rewrite_touched(
+        updates, collect_rows=collect_rows, rewrite_all_bytes=rewrite_all_bytes
+    )
+
+
+@dataclass(frozen=True)
+class _Merge:
+    spark: SparkSession
+    location: str
+    table: DeltaTable
+    files: list[ActiveFile]
+    names: list[str]
+    keys: list[str]
+    partition_by: tuple[str, ...]
+    file_prefix: str
+    check_unique_keys: bool
+
+    def columns(self, names: Sequence[str]) -> list[Column]:
+        from pyspark.sql import functions as F
+
+        return [F.col(f"`{name}`") for name in names]
+
+    def any_null_key(self) -> Column:
+        return reduce(lambda a, b: a | b, [c.isNull() for c in self.columns(self.keys)])
+
+    def rewrite_all(self, updates: DataFrame, collect_rows: int) -> MergeWrite | None:
+        """Every file replaced by the table's rows minus the updated keys plus the updates;
+        None when that is more than ``collect_rows`` rows."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        columns = self.columns(self.names)
+        # One pass over the table and the updates together: a window per key counts the
+        # updates of that key, which drops the table's row of an updated key and shows a
+        # duplicate update, so the updates are computed once, without caching.
+        marked = (
+            scan(self.spark, self.location, self.table, self.files)
+            .select(*columns, F.lit(False).alias(_UPDATE))
+            .unionAll(updates.select(*columns, F.lit(True).alias(_UPDATE)))
+        )
+        key_updates = F.sum(F.col(_UPDATE).cast("int")).over(
+            Window.partitionBy(*self.columns(self.keys))
+        )
+        frame = marked.withColumn(
+            _KEY_UPDATES, F.when(self.any_null_key(), F.lit(0)).otherwise(key_updates)
+        ).where(F.col(_UPDATE) | (F.col(_KEY_UPDATES) == 0))
+        rows = collect_small(frame, collect_rows)
+        if rows is None:
+            return None
+        update = rows[_UPDATE]
+        upserted = pc.sum(pc.cast(update, pa.int64())).as_py() or 0
+        if self.check_unique_keys:
+            duplicates = rows.filter(pc.and_(update, pc.greater(rows[_KEY_UPDATES], 1)))
+            if duplicates.num_rows:
+                raise DuplicateMergeKeyError(
+                    table=self.location,
+                    keys=self.keys,
+                    example={k: duplicates[k][0].as_py() for k in self.keys},
                 )
-        merged = rows
-        if touched:
-            kept = (
-                scan(spark, location, table, touched)
-                .join(update_keys, on=key_list, how="left_anti")
-                .select(*columns)
-            )
-            merged = kept.unionAll(rows)
-        adds = write_files(merged, location, partition_by=partition_by, file_prefix=file_prefix)
-        upserted = rows.count()
-    finally:
+        if upserted == 0:
+            return MergeWrite(adds=[], removes=[], upserted=0)
+        adds = write_arrow(
+            rows.drop_columns([_UPDATE, _KEY_UPDATES]),
+            self.location,
+            partition_by=self.partition_by,
+            file_prefix=self.file_prefix,
+        )
+        return MergeWrite(adds=adds, removes=[f.path for f in self.files], upserted=upserted)
+
+    def rewrite_touched(
+        self, updates: DataFrame, *, collect_rows: int, rewrite_all_bytes: int
+    ) -> MergeWrite:
+        """The files holding an updated key replaced by their other rows plus the updates."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        columns = self.columns(self.names)
+        rows = updates.select(*columns)
+        persisted = not updates.is_cached
         if persisted:
-            rows.unpersist()
-    return MergeWrite(adds=adds, removes=[f.path for f in touched], upserted=upserted)
+            # Read three times below; a recomputed transform could even differ.
+            rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            upserted = self.count_updates(rows)
+            if upserted == 0:
+                return MergeWrite(adds=[], removes=[], upserted=0)
+            update_keys = rows.select(*self.columns(self.keys))
+            if upserted <= SMALL_OUTPUT_ROWS:
+                update_keys = F.broadcast(update_keys)
+            touched = self.touched_files(update_keys)
+            merged = rows
+            if touched:
+                kept = (
+                    scan(self.spark, self.location, self.table, touched)
+                    .join(update_keys, on=self.keys, how="left_anti")
+                    .select(*columns)
+                )
+                merged = kept.unionAll(rows)
+            small = (
+                sum(f.size for f in touched) <= rewrite_all_bytes
+                and _known_rows(touched) + upserted <= collect_rows
+            )
+            adds = write_files(
+                merged,
+                self.location,
+                partition_by=self.partition_by,
+                file_prefix=self.file_prefix,
+                collect_rows=collect_rows if small else 0,
+            )
+        finally:
+            if persisted:
+                rows.unpersist()
+        return MergeWrite(adds=adds, removes=[f.path for f in touched], upserted=upserted)
+
+    def count_updates(self, rows: DataFrame) -> int:
+        """The rows of the updates; DuplicateMergeKeyError (when checking) if two share a
+        non-null key. One aggregation; a second one names an example key if there is one."""
+        from pyspark.sql import functions as F
+
+        if not self.check_unique_keys:
+            return rows.count()
+        (totals,) = (
+            rows.groupBy(*self.columns(self.keys))
+            .agg(F.count(F.lit(1)).alias("__rows"))
+            .agg(
+                F.sum("__rows").alias("rows"),
+                F.max(F.when(~self.any_null_key(), F.col("__rows"))).alias("most"),
+            )
+            .collect()
+        )
+        if (totals["most"] or 0) > 1:
+            require_unique_keys(rows, self.location, self.keys)
+        return totals["rows"] or 0
+
+    def touched_files(self, update_keys: DataFrame) -> list[ActiveFile]:
+        if not self.files:
+            return []
+        hits = (
+            scan(self.spark, self.location, self.table, self.files, with_file_path=True)
+            .join(update_keys, on=self.keys, how="left_semi")
+            .select(FILE_PATH_COLUMN)
+            .distinct()
+            .collect()
+        )
+        hit_paths = {spark_file_path(row[0]) for row in hits}
+        touched = [f for f in self.files if absolute_path(self.location, f.path) in hit_paths]
+        if len(touched) != len(hit_paths):
+            raise DeltaIOError(
+                table=self.location,
+                operation="merge",
+                reason=f"Spark read files the log does not list: {sorted(hit_paths)}",
+            )
+        return touched
+
+
+def _known_rows(files: Sequence[ActiveFile]) -> float:
+    """The rows of ``files`` by the log's statistics; infinite when a file has none."""
+    return sum(f.rows if f.rows is not None else float("inf") for f in files)
 
 
 def require_unique_keys(rows: DataFrame, location: str, keys: list[str]) -> None:
@@ -139,4 +295,4 @@ def require_unique_keys(rows: DataFrame, location: str, keys: list[str]) -> None
         )
 
 
-__all__ = ["MergeWrite", "merge_files", "require_unique_keys"]
+__all__ = ["REWRITE_ALL_BYTES", "MergeWrite", "merge_files", "require_unique_keys"]

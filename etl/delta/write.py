@@ -1,10 +1,15 @@
-"""Writing Delta tables: Spark tasks write Parquet files, the driver commits them.
+"""Writing Delta tables: Parquet files from Spark tasks (or, for small outputs, from the
+driver), committed by the driver.
 
 Spark's Parquet writer writes the rows (Hive-style partition directories; partition columns
 are not stored in the files, as the Delta protocol says). The driver reads only the files'
 footers, for a small descriptor per file: path, size, partition values, row count and
 Delta statistics, and commits the files to the Delta log through delta-rs, fenced by the
-job's lease generation (:class:`Fence`).
+job's lease generation (:class:`Fence`). An output estimated at most
+:data:`SMALL_OUTPUT_BYTES` with at most :data:`SMALL_OUTPUT_ROWS` rows is collected as Arrow
+in one Spark job instead and written by pyarrow in the driver, in the same layout: a Spark
+write costs several times more fixed driver work than a collect (commit protocol, staging,
+listing).
 """
 
 from __future__ import annotations
@@ -69,6 +74,15 @@ STAGING_PREFIX = "_delta_barrier_staging-"
 # Footer reads and moves are I/O: on object storage each is a round trip.
 _PLACING_THREADS = 8
 _FILE_PREFIX = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+SMALL_OUTPUT_ROWS = 100_000
+"""Outputs of at most this many rows are collected to the driver and written by pyarrow
+(:func:`write_files`' ``collect_rows``): the bound on the rows a write holds in driver
+memory. Larger outputs are written by Spark tasks."""
+SMALL_OUTPUT_BYTES = 8 * 1024 * 1024
+"""Only outputs whose size Spark's optimizer estimates (from the sizes of its inputs) at
+most this many bytes are tried for collecting (:func:`write_files`' ``collect_bytes``):
+collecting an output that turns out too big costs a Spark job for nothing."""
 
 CommitMode = Literal["append", "overwrite"]
 """How a commit treats the table's current files: keep them, or remove every one."""
@@ -234,18 +248,30 @@ def _place(fs: pafs.FileSystem, root: str, file: _StagedFile, schema: pa.Schema)
 
 
 def write_files(
-    df: DataFrame, location: str, *, partition_by: Sequence[str] = (), file_prefix: str
+    df: DataFrame,
+    location: str,
+    *,
+    partition_by: Sequence[str] = (),
+    file_prefix: str,
+    collect_rows: int = SMALL_OUTPUT_ROWS,
+    collect_bytes: int = SMALL_OUTPUT_BYTES,
 ) -> list[DataFile]:
-    """Write ``df`` as Parquet files into the table directory, from Spark tasks.
+    """Write ``df`` as Parquet files into the table directory.
 
-    Returns the descriptors of the files, not yet committed (see :func:`commit_files`).
-    Spark's own Parquet writer writes the rows into a private staging directory of the
-    table (Spark's commit protocol: only files of successful task attempts survive); the
-    driver then reads each file's footer for its row count and Delta statistics
-    (numRecords, and minValues, maxValues, nullCount of top-level primitive columns) and
-    moves it to ``[col=value/...]/part-<file_prefix>-<uuid>.parquet``. Partition columns
-    are not stored in the files, as the Delta protocol says; timestamps are microseconds.
-    No data row reaches the driver, and no row passes through Python.
+    Returns the descriptors of the files, not yet committed (see :func:`commit_files`):
+    ``[col=value/...]/part-<file_prefix>-<uuid>.parquet``, with their row count and Delta
+    statistics (numRecords, and minValues, maxValues, nullCount of top-level primitive
+    columns) read from each file's footer. Partition columns are not stored in the files,
+    as the Delta protocol says; timestamps are microseconds.
+
+    When Spark's optimizer estimates ``df`` at most ``collect_bytes`` and ``df`` has at
+    most ``collect_rows`` rows (:data:`SMALL_OUTPUT_BYTES`, :data:`SMALL_OUTPUT_ROWS` by
+    default; 0 never collects), it is collected as Arrow by one Spark job that stops at
+    ``collect_rows + 1`` rows, and written by :func:`write_arrow`. Otherwise ``df`` is
+    computed (again) and Spark's own Parquet writer writes it into a private staging
+    directory of the table (Spark's commit protocol: only files of successful task attempts
+    survive), from which the driver moves the files into place; no data row reaches the
+    driver then.
 
     Partition columns must be strings, integers, booleans or dates; an empty string
     partition value is stored as null (Delta protocol, "Partition Value Serialization").
@@ -253,6 +279,10 @@ def write_files(
     location = normalize_location(location)
     partition_by = tuple(partition_by)
     _check_write_options(df, location, partition_by=partition_by, file_prefix=file_prefix)
+    if collect_rows > 0 and estimated_bytes(df) <= collect_bytes:
+        rows = collect_small(df, collect_rows)
+        if rows is not None:
+            return write_arrow(rows, location, partition_by=partition_by, file_prefix=file_prefix)
     fs, root = filesystem(location)
     staging = f"{STAGING_PREFIX}{file_prefix}-{uuid.uuid4().hex}"
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -272,12 +302,10 @@ def write_files(
             if not info.is_file or not name.endswith(".parquet") or name.startswith((".", "_")):
                 continue
             values = written_partition_values(directories, partition_by)
-            directory = hive_directory(partition_by, values)
-            target = f"part-{file_prefix}-{uuid.uuid4()}.parquet"
             staged.append(
                 _StagedFile(
                     staged=f"{staging}/{relative}",
-                    target=f"{directory}/{target}" if directory else target,
+                    target=_file_path(partition_by, values, file_prefix),
                     partition_values=values,
                 )
             )
@@ -287,6 +315,82 @@ def write_files(
         with contextlib.suppress(OSError):
             fs.delete_dir(f"{root}/{staging}")
     return sorted((f for f in placed if f is not None), key=lambda f: f.path)
+
+
+def _file_path(
+    partition_by: Sequence[str], values: Mapping[str, str | None], file_prefix: str
+) -> str:
+    directory = hive_directory(partition_by, values)
+    name = f"part-{file_prefix}-{uuid.uuid4()}.parquet"
+    return f"{directory}/{name}" if directory else name
+
+
+def estimated_bytes(df: DataFrame) -> int:
+    """Spark's estimate of ``df``'s size (optimizer statistics: planning, no Spark job)."""
+    # A Scala BigInt: py4j hands over a Python int or an object whose str is the number.
+    return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+
+
+def collect_small(df: DataFrame, max_rows: int) -> pa.Table | None:
+    """``df`` as an Arrow table (timestamps in UTC) if it has at most ``max_rows`` rows,
+    else None; one Spark job, which holds at most ``max_rows + 1`` rows in the driver."""
+    rows = df.limit(max_rows + 1).toArrow()
+    return rows if rows.num_rows <= max_rows else None
+
+
+def write_arrow(
+    rows: pa.Table, location: str, *, partition_by: Sequence[str] = (), file_prefix: str
+) -> list[DataFile]:
+    """Write ``rows`` from the driver as one Parquet file per partition, laid out, named
+    and described as :func:`write_files` does; nothing for no rows."""
+    location = normalize_location(location)
+    partition_by = tuple(partition_by)
+    fs, root = filesystem(location)
+    # Spark writes every column as optional; so do we, whatever the rows' nullability.
+    stored = pa.schema(
+        [field.with_nullable(True) for field in rows.schema if field.name not in partition_by]
+    )
+    groups: list[tuple[dict[str, str | None], pa.Table]] = []
+    if not partition_by:
+        groups.append(({}, rows))
+    else:
+        index = "__delta_barrier_row"
+        numbered = rows.select(list(partition_by)).append_column(
+            index, pa.array(range(rows.num_rows), pa.int64())
+        )
+        for group in numbered.group_by(list(partition_by)).aggregate([(index, "list")]).to_pylist():
+            values = {c: serialize_partition_value(group[c]) for c in partition_by}
+            groups.append((values, rows.take(group[f"{index}_list"])))
+    written = []
+    for values, part in groups:
+        if part.num_rows == 0:
+            continue
+        path = _file_path(partition_by, values, file_prefix)
+        sink = pa.BufferOutputStream()
+        pq.write_table(
+            part.select(stored.names).cast(stored),
+            sink,
+            compression="snappy",
+            coerce_timestamps="us",
+            store_decimal_as_integer=True,  # as Spark does for precisions up to 18
+        )
+        data = sink.getvalue()
+        metadata = pq.read_metadata(pa.BufferReader(data))
+        target = f"{root}/{path}"
+        fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        with fs.open_output_stream(target) as out:
+            out.write(data)
+        written.append(
+            DataFile(
+                path=path,
+                size=data.size,
+                partition_values=values,
+                rows=metadata.num_rows,
+                stats=file_statistics(metadata, stored),
+                modification_time=int(time.time() * 1000),
+            )
+        )
+    return sorted(written, key=lambda f: f.path)
 
 
 def remove_staging(location: str) -> int:
@@ -684,13 +788,18 @@ def restore_table(
 
 __all__ = [
     "FENCE_APP_PREFIX",
+    "SMALL_OUTPUT_BYTES",
+    "SMALL_OUTPUT_ROWS",
     "CommitMode",
     "DataFile",
     "Fence",
     "claim_table",
+    "collect_small",
     "commit_files",
+    "estimated_bytes",
     "remove_staging",
     "string_upper_bound",
     "restore_table",
+    "write_arrow",
     "write_files",
 ]

@@ -5,8 +5,9 @@ One batch (epochs first..last, first < last when backlog catch-up coalesces them
 1. read the inputs: each input table at the Delta version its epoch ``last`` was sealed
    at, or the source slice recorded in the catalog (cut and recorded first if new);
 2. run the transform, add ``_epoch = last`` to every row;
-3. Spark tasks write Parquet files, the driver commits them through delta-rs with an
-   app transaction and commit metadata (epoch, job, attempt, final) -> PROCESSED;
+3. Spark tasks write Parquet files (a small output: the driver, from the rows collected
+   as Arrow), the driver commits them through delta-rs with an app transaction and
+   commit metadata (epoch, job, attempt, final) -> PROCESSED;
 4. run the table's quality gate, if any (write, audit, publish);
 5. seal the output and its side outputs in one catalog transaction -> WRITTEN, and
    COMMIT when the last table of the pipeline sealed the epoch.
@@ -130,6 +131,10 @@ class EpochEngine:
             lease=lease,
             check_lease=check_lease or (lambda: None),
             resumed=resumed,
+            locations={
+                table: self.catalog.get_table(table).location
+                for table in self.pipeline.tables_of(job)
+            },
         )
 
     # -- running a batch ---------------------------------------------------------------

@@ -31,6 +31,7 @@ from etl.delta import (
     log_commits,
     merge_files,
     require_unique_keys,
+    table_exists,
     table_version,
     write_files,
 )
@@ -134,6 +135,12 @@ class EpochWriter:
     resumed: bool = False
     """Recovery finishes a batch an earlier run committed: a step it repeats may already be
     in the log (found by epoch, attempt and micro-batch) and is not committed twice."""
+    locations: Mapping[str, str] = field(default_factory=dict)
+    """Where the job's tables live, looked up once for the batch (others: in the catalog)."""
+
+    def location(self, table: str) -> str:
+        known = self.locations.get(table)
+        return known if known is not None else self.catalog.get_table(table).location
 
     @property
     def fence(self) -> Fence:
@@ -163,22 +170,26 @@ class EpochWriter:
         """
         self.check_lease()
         batch = self.batch
-        info = self.catalog.get_table(table)
-        location = info.location
+        location = self.location(table)
         if self.resumed:
             done = self._committed_before(table, location, part=part, audit=audit)
             if done is not None:
                 return self._known(written, table=table, version=done)
-        current = table_version(location)
+        if base is None:
+            base = written.versions.get(table)
+        if base is None and mode == "merge":
+            base = table_version(location)  # None: no table yet, the merge creates it
         prepared = self.prepare(
             table=table,
             frame=frame,
             mode=mode,
-            base=base if base is not None else written.versions.get(table, current),
+            base=base,
             name=f"{batch.last}-{self.attempt}-{'audit' if audit else part}",
         )
         overwrites = mode == "overwrite" and table not in written.versions
-        if not (current is None or prepared.files or prepared.removes or overwrites):
+        # Even a batch without rows commits to create a table that does not exist yet.
+        exists = base is not None or table_exists(location)
+        if exists and not (prepared.files or prepared.removes or overwrites):
             return written.counted(table)
         return self.commit_prepared(
             written,
@@ -201,7 +212,7 @@ class EpochWriter:
         """
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        location = self.catalog.get_table(table).location
+        location = self.location(table)
         schema = to_arrow_schema(frame.schema, timezone="UTC")
         if mode == "merge" and base is not None:
             merged = merge_files(
@@ -275,7 +286,7 @@ class EpochWriter:
     ) -> int:
         """Commit written files of micro-batch ``part`` to ``table``; returns the version."""
         job = self.job
-        location = self.catalog.get_table(table).location
+        location = self.location(table)
         metadata: dict[str, str | int | bool] = {
             **self.metadata,
             META_BATCH: part,
@@ -313,9 +324,7 @@ class EpochWriter:
 
     def audited_version(self, table: str) -> int | None:
         """The version of this attempt's quality-gate rewrite of ``table``, if it committed."""
-        return self._committed_before(
-            table, self.catalog.get_table(table).location, part=0, audit=True
-        )
+        return self._committed_before(table, self.location(table), part=0, audit=True)
 
     def _committed_before(self, table: str, location: str, *, part: int, audit: bool) -> int | None:
         sealed = self.catalog.latest_written([table]).get(table)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -30,6 +31,7 @@ from consistency.models import (
 )
 from etl.delta import (
     Fence,
+    MergeWrite,
     claim_table,
     commit_files,
     log_commits,
@@ -44,7 +46,7 @@ from etl.delta import (
     write_files,
 )
 from etl.delta.layout import spark_file_path
-from etl.delta.write import string_upper_bound
+from etl.delta.write import SMALL_OUTPUT_ROWS, string_upper_bound
 from etl.errors import (
     CommitConflictError,
     DeltaIOError,
@@ -114,11 +116,27 @@ def _spark_rows(df) -> list[tuple]:
     return _canonical(df.toArrow())
 
 
-def test_round_trip_partitioned_keeps_schema_values_and_layout(spark, tmp_path):
+# Both writers: the driver's (the rows collected as Arrow; Spark estimates a DataFrame made
+# from Python rows at any size) and Spark's (collect_rows=0).
+WRITERS = pytest.mark.parametrize(
+    "collect",
+    [{"collect_rows": SMALL_OUTPUT_ROWS, "collect_bytes": sys.maxsize}, {"collect_rows": 0}],
+    ids=["driver", "spark"],
+)
+
+
+@WRITERS
+def test_round_trip_partitioned_keeps_schema_values_and_layout(spark, tmp_path, collect):
     names = ["a/b c", "x=y", None, "", "007", "ünï"]
     rows = [_row(i, epoch=1 + i % 2, name=names[i % len(names)]) for i in range(1, 25)]
     df = spark.createDataFrame(rows, SCHEMA).repartition(3)
-    files = write_files(df, str(tmp_path), partition_by=["_epoch", "name"], file_prefix="e1")
+    files = write_files(
+        df,
+        str(tmp_path),
+        partition_by=["_epoch", "name"],
+        file_prefix="e1",
+        **collect,
+    )
     version = _commit(tmp_path, df, files, 1, partition_by=["_epoch", "name"])
 
     assert version == 0
@@ -149,7 +167,8 @@ def test_round_trip_partitioned_keeps_schema_values_and_layout(spark, tmp_path):
     assert _canonical(read_arrow(str(tmp_path))) == _spark_rows(expected)
 
 
-def test_file_statistics_follow_the_delta_protocol(spark, tmp_path):
+@WRITERS
+def test_file_statistics_follow_the_delta_protocol(spark, tmp_path, collect):
     long_name = "z" * 40
     rows = [
         (1, "apple", 2.5, datetime(2024, 5, 1, 0, 0, 0, 123456, tzinfo=UTC), Decimal("12.345")),
@@ -158,7 +177,7 @@ def test_file_statistics_follow_the_delta_protocol(spark, tmp_path):
     ]
     schema = "id long, name string, score double, ts timestamp, price decimal(12,3)"
     df = spark.createDataFrame(rows, schema).withColumn("tags", F.array(F.col("name")))
-    (file,) = write_files(df.coalesce(1), str(tmp_path), file_prefix="s")
+    (file,) = write_files(df.coalesce(1), str(tmp_path), file_prefix="s", **collect)
     stats = json.loads(file.stats, parse_float=Decimal)
 
     assert stats["numRecords"] == 3 == file.rows
@@ -275,7 +294,7 @@ def test_merge_rewrites_only_files_holding_updated_keys(spark, tmp_path):
     base = [_row(i, 1, name=f"p{i % 3}") for i in range(1, 13)]
     # Two files per partition: keys spread over six files in three partitions.
     df = spark.createDataFrame(base, SCHEMA).repartition(2, "id")
-    files = write_files(df, location, partition_by=["name"], file_prefix="m0")
+    files = write_files(df, location, partition_by=["name"], file_prefix="m0", collect_rows=0)
     assert len(files) == 6
     _commit(tmp_path, df, files, 1, partition_by=["name"])
     file_of = {
@@ -300,6 +319,7 @@ def test_merge_rewrites_only_files_holding_updated_keys(spark, tmp_path):
         keys=["id"],
         partition_by=["name"],
         file_prefix="m1",
+        rewrite_all_bytes=0,
     )
     adds, removed = merged.adds, merged.removes
     assert merged.upserted == 4 and sum(f.rows for f in adds) > 4
@@ -335,8 +355,129 @@ def test_merge_rewrites_only_files_holding_updated_keys(spark, tmp_path):
             keys=["id"],
             partition_by=["name"],
             file_prefix="m2",
+            rewrite_all_bytes=0,
         )
     assert err.value.example == {"id": 2}
+
+
+def _merge_table(spark, location):
+    """Six files in three partitions, keys 1..12 and a row with a null key."""
+    base = [_row(i, 1, name=f"p{i % 3}") for i in range(1, 13)] + [_row(0, 1, name="p0")]
+    base[-1] = (None, *base[-1][1:])
+    df = spark.createDataFrame(base, SCHEMA).repartition(2, "id")
+    files = write_files(df, location, partition_by=["name"], file_prefix="m0", collect_rows=0)
+    assert len(files) == 6
+    return df, files
+
+
+def _merge(spark, location, updates, prefix, **options):
+    return merge_files(
+        spark,
+        location,
+        version=0,
+        updates=updates,
+        keys=["id"],
+        partition_by=["name"],
+        file_prefix=prefix,
+        **options,
+    )
+
+
+def test_a_merge_into_a_small_table_rewrites_every_file_in_one_pass(spark, tmp_path):
+    location = str(tmp_path)
+    df, files = _merge_table(spark, location)
+    _commit(tmp_path, df, files, 1, partition_by=["name"])
+    on_disk = sorted(p for p in tmp_path.rglob("*.parquet"))
+    updates = spark.createDataFrame(
+        [
+            _row(2, 2, name="p2"),
+            (*_row(7, 2, name="p0")[:2], 99.0, *_row(7, 2)[3:]),  # moves from p1 to p0
+            _row(100, 2, name="p1"),
+            (None, "p1", 1.0, None, None, None, None, None, 2),  # null key: an insert
+            (None, "p2", 2.0, None, None, None, None, None, 2),  # so is this one
+        ],
+        SCHEMA,
+    )
+
+    # Two updates of one key: refused before anything is written.
+    with pytest.raises(DuplicateMergeKeyError) as err:
+        _merge(spark, location, updates.unionAll(updates.where("id = 7")), "dup")
+    assert err.value.example == {"id": 7}
+    assert sorted(tmp_path.rglob("*.parquet")) == on_disk
+    # No updates: nothing to write or remove.
+    assert _merge(spark, location, updates.limit(0), "none") == MergeWrite([], [], 0)
+
+    merged = _merge(spark, location, updates, "m1")
+    assert merged.upserted == 5
+    assert sorted(merged.removes) == sorted(f.path for f in files)
+    assert len(merged.adds) == 3  # one per partition
+    assert sum(f.rows for f in merged.adds) == 13 + 3
+    version = _commit(
+        tmp_path, updates, merged.adds, 2, partition_by=["name"], removes=merged.removes
+    )
+    after = read_table(spark, location, version=version).collect()
+    by_id = {r.id: r for r in after if r.id is not None}
+    assert sorted(by_id) == [*range(1, 13), 100]
+    assert by_id[7].name == "p0" and by_id[7].amount == 99.0 and by_id[7]._epoch == 2
+    assert by_id[2]._epoch == 2 and by_id[100]._epoch == 2
+    assert all(by_id[i]._epoch == 1 for i in set(range(1, 13)) - {2, 7})
+    # The table's null-key row stays; the null-key updates are inserted beside it.
+    assert sorted((r.name, r._epoch) for r in after if r.id is None) == [
+        ("p0", 1),
+        ("p1", 2),
+        ("p2", 2),
+    ]
+
+
+def test_a_merge_whose_result_is_too_big_to_collect_rewrites_only_touched_files(spark, tmp_path):
+    location = str(tmp_path)
+    df, files = _merge_table(spark, location)
+    _commit(tmp_path, df, files, 1, partition_by=["name"])
+    holders = {
+        r.id: spark_file_path(r.f)
+        for r in read_table(spark, location).select("id", F.input_file_name().alias("f")).collect()
+    }
+    updates = spark.createDataFrame(
+        [
+            _row(2, 2, name="p2"),
+            (None, "p1", 1.0, None, None, None, None, None, 2),
+            (None, "p2", 2.0, None, None, None, None, None, 2),
+        ],
+        SCHEMA,
+    )
+    with pytest.raises(DuplicateMergeKeyError) as err:
+        _merge(spark, location, updates.unionAll(updates.where("id = 2")), "dup", collect_rows=14)
+    assert err.value.example == {"id": 2}
+
+    # The table's 13 rows could be collected, the result's 15 cannot.
+    merged = _merge(spark, location, updates, "m1", collect_rows=14)
+    assert merged.upserted == 3
+    assert [str(tmp_path / p) for p in merged.removes] == [holders[2]]
+    version = _commit(
+        tmp_path, updates, merged.adds, 2, partition_by=["name"], removes=merged.removes
+    )
+    after = read_table(spark, location, version=version).collect()
+    assert len(after) == 13 + 2
+    assert [r._epoch for r in after if r.id == 2] == [2]
+
+
+def test_write_files_collects_at_most_collect_rows_rows(spark, tmp_path):
+    rows = [_row(i, 1) for i in range(1, 7)]
+    df = spark.createDataFrame(rows, SCHEMA).repartition(3)
+    big = sys.maxsize
+    collected = write_files(
+        df, str(tmp_path / "a"), file_prefix="a", collect_rows=6, collect_bytes=big
+    )
+    by_spark = write_files(
+        df, str(tmp_path / "b"), file_prefix="b", collect_rows=5, collect_bytes=big
+    )
+    # Rows that would fit, but Spark estimates them above collect_bytes: not even tried.
+    estimated_big = write_files(df, str(tmp_path / "c"), file_prefix="c", collect_rows=6)
+    # One file from the driver, one per task from Spark.
+    assert (len(collected), len(by_spark), len(estimated_big)) == (1, 3, 3)
+    for name, files in (("a", collected), ("b", by_spark), ("c", estimated_big)):
+        _commit(tmp_path / name, df, files, 1)
+        assert _spark_rows(read_table(spark, str(tmp_path / name))) == _spark_rows(df)
 
 
 def test_read_epochs_opens_only_files_whose_epochs_overlap(spark, tmp_path):
@@ -498,6 +639,7 @@ def test_files_outside_the_hive_layout_take_partition_values_from_the_log(spark,
         keys=["id"],
         partition_by=["p"],
         file_prefix="h2",
+        rewrite_all_bytes=0,  # find the touched files, not rewrite them all
     )
     adds, removed = merged.adds, merged.removes
     (holder,) = [f.path for f in moved if f.partition_values == {"p": "1"}]
