@@ -50,6 +50,10 @@ class TableStatusRow:
     stale_job: str | None
     """Set when the writer job was not part of its pipeline's latest run (its file may no
     longer declare it): the command that retires it."""
+    orphaned: str | None
+    """Set when no job writes the active table any more (its job no longer declares it,
+    e.g. a removed gate's quarantine table), which holds its pipeline's COMMIT back: the
+    command that retires it."""
     last_commit: int | None
     """The newest COMMIT epoch of the table's pipeline."""
 
@@ -221,6 +225,9 @@ def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusRep
             and not live
         ):
             stale = f"etl retire job {status.writer_job}"
+        orphaned = None
+        if status.writer_job is None and not status.retired:
+            orphaned = f"etl retire table {name}"
         rows.append(
             TableStatusRow(
                 table=name,
@@ -248,6 +255,7 @@ def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusRep
                 blocked=blocked,
                 resolve=resolve,
                 stale_job=stale,
+                orphaned=orphaned,
                 last_commit=(
                     status.pipeline_latest_commit.epoch if status.pipeline_latest_commit else None
                 ),

@@ -132,10 +132,29 @@ def catalog_pipeline_name(pipeline: Pipeline, catalog: Catalog, warehouse: str) 
     return pipeline.name
 
 
-def undeclared_jobs(pipeline: Pipeline, catalog: Catalog, name: str) -> tuple[str, ...]:
-    """Active jobs registered in catalog pipeline ``name`` that ``pipeline`` does not declare."""
-    declared = {job.name for job in pipeline.ordered_jobs()}
-    return tuple(j.name for j in catalog.list_jobs(pipeline=name) if j.name not in declared)
+@dataclass(frozen=True)
+class Undeclared:
+    """What catalog pipeline holds active that its file no longer declares: jobs, and
+    tables no declared job writes (e.g. the quarantine table of a gate that was removed).
+    Each holds the pipeline's COMMIT back until retired (``etl retire job|table``)."""
+
+    jobs: tuple[str, ...] = ()
+    tables: tuple[str, ...] = ()
+    """Tables of undeclared jobs are not repeated here: retiring the job retires them."""
+
+
+def undeclared(pipeline: Pipeline, catalog: Catalog, name: str) -> Undeclared:
+    """The active jobs and tables of catalog pipeline ``name`` that ``pipeline`` does not
+    declare."""
+    declared_jobs = {job.name for job in pipeline.ordered_jobs()}
+    jobs = tuple(j.name for j in catalog.list_jobs(pipeline=name) if j.name not in declared_jobs)
+    declared_tables = {t for job in pipeline.ordered_jobs() for t in pipeline.tables_of(job)}
+    tables = tuple(
+        t.name
+        for t in catalog.list_tables(pipeline=name)
+        if t.name not in declared_tables and t.writer_job not in jobs
+    )
+    return Undeclared(jobs=jobs, tables=tables)
 
 
 class Runner:
@@ -170,8 +189,8 @@ class Runner:
         self._running: dict[str, EpochBatch] = {}
         self.gate = BatchGate()
         """Every batch passes it: maintenance in this process commits only to idle jobs."""
-        self.undeclared: tuple[str, ...] = ()
-        """Active jobs registered in the pipeline that its file no longer declares."""
+        self.undeclared = Undeclared()
+        """Active jobs and tables registered in the pipeline that its file no longer declares."""
 
     # -- setup -------------------------------------------------------------------------
 
@@ -194,7 +213,7 @@ class Runner:
             self.catalog.register_job(
                 dataclasses.replace(self.pipeline.job_spec(job), pipeline=name)
             )
-        self.undeclared = undeclared_jobs(self.pipeline, self.catalog, name)
+        self.undeclared = undeclared(self.pipeline, self.catalog, name)
         if self.pipeline.retention is not None:
             self.catalog.set_retention_policy(name, self.pipeline.retention.to_json())
         self._registered = True
@@ -500,5 +519,6 @@ __all__ = [
     "catalog_pipeline_name",
     "error_class",
     "one_line",
-    "undeclared_jobs",
+    "Undeclared",
+    "undeclared",
 ]

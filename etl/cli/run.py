@@ -8,10 +8,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -29,6 +28,9 @@ from etl.cli.app import (
 from etl.cli.progress import BatchProgress
 from etl.cli.render import err, print_json
 from etl.errors import PipelineBusyError, UsageError
+
+if TYPE_CHECKING:
+    from etl.runner import Undeclared
 
 DEFAULT_LEASE_TTL = 15.0
 
@@ -140,11 +142,18 @@ def run(
             f"took over job {lease.job} from {lease.owner}: that process is gone "
             "(its lease was not waited for)"
         )
-    for job in runner.undeclared:
+    for job in runner.undeclared.jobs:
         err.print(
             f"[yellow]warning:[/] job {job} is registered in pipeline "
             f"{runner.catalog_pipeline!r} but {escape(str(pipeline_file))} no longer declares "
             f"it; its tables hold the pipeline's COMMIT back. Retire it: etl retire job {job}"
+        )
+    for table in runner.undeclared.tables:
+        err.print(
+            f"[yellow]warning:[/] table {table} is registered in pipeline "
+            f"{runner.catalog_pipeline!r} but no job of {escape(str(pipeline_file))} writes "
+            f"it any more; it holds the pipeline's COMMIT back. Retire it: etl retire table "
+            f"{table}"
         )
     upkeep = _maintenance(runner, catalog, maintenance_interval)
     try:
@@ -314,7 +323,7 @@ def _report(result, runner, *, fmt: str, maintenance=None) -> None:
         err.print(escape(maintenance.summary()))
 
 
-def _result_json(result, pipeline, pipeline_name: str, undeclared: Sequence[str]) -> dict:
+def _result_json(result, pipeline, pipeline_name: str, undeclared: Undeclared) -> dict:
     return {
         "pipeline": pipeline_name,
         "exit_code": result.exit_code,
@@ -370,7 +379,8 @@ def _result_json(result, pipeline, pipeline_name: str, undeclared: Sequence[str]
             }
             for f in result.failures
         ],
-        "undeclared_jobs": list(undeclared),
+        "undeclared_jobs": list(undeclared.jobs),
+        "undeclared_tables": list(undeclared.tables),
     }
 
 
@@ -458,7 +468,7 @@ def recover(
     Example: etl recover examples/wordcount/pipeline.py --param input_dir=./incoming
     """
     from etl.engine import StepAction, needs_recovery
-    from etl.runner import Runner, RunResult, catalog_pipeline_name, undeclared_jobs
+    from etl.runner import Runner, RunResult, catalog_pipeline_name, undeclared
     from etl.spark import build_spark
 
     _quiet(verbose)
@@ -469,8 +479,9 @@ def recover(
         # Nothing to seal or roll back: no Spark is started to say so.
         if format == "json":
             name = catalog_pipeline_name(pipeline, catalog, str(warehouse.resolve()))
-            undeclared = undeclared_jobs(pipeline, catalog, name)
-            print_json(_result_json(RunResult(), pipeline, name, undeclared))
+            print_json(
+                _result_json(RunResult(), pipeline, name, undeclared(pipeline, catalog, name))
+            )
         else:
             typer.echo("nothing to recover: catalog and tables agree")
         raise typer.Exit(0)

@@ -111,6 +111,8 @@ def _status_view(report):
             r.written_at is None or r.last_failure["failed_at"] > r.written_at
         ):
             problem = f"failed at {r.last_failure['epoch']}: {r.last_failure['error_class']}"
+        elif r.orphaned:
+            problem = "no writer"
         elif r.stale_job:
             problem = "not in the last run"
         running = None
@@ -154,6 +156,13 @@ def _status_view(report):
                 Text(
                     f"running: job {r.writer_job} by {r.lease_owner} ({r.owner_alive}), "
                     f"lease until {until}",
+                )
+            )
+        if r.orphaned:
+            notes.append(
+                Text(
+                    f"stale: table {r.table} has no writer: no job of its pipeline file writes "
+                    f"it any more, and it holds the pipeline's COMMIT back: {r.orphaned}",
                 )
             )
         if r.stale_job and r.kind in ("root", "derived"):
