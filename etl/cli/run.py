@@ -295,7 +295,7 @@ def _report(result, runner, *, fmt: str, maintenance=None) -> None:
         data = _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
         if maintenance is not None:
             data["maintenance"] = dataclasses.asdict(maintenance)
-        print_json(data)
+        _print_result(data)
     for step in result.recovered:
         err.print(f"recovered {step.table}: {step.action} epoch(s) {list(step.epochs)}")
     sealed = [b for b in result.batches if b.sealed]
@@ -321,6 +321,13 @@ def _report(result, runner, *, fmt: str, maintenance=None) -> None:
         err.print("[bold red]failed:[/] " + escape(failure.error))
     if maintenance is not None:
         err.print(escape(maintenance.summary()))
+
+
+def _print_result(data: dict) -> None:
+    """A run's result as JSON on stdout. Into a closed pipe it is dropped quietly, and the
+    command still exits with the run's own code (print_json would exit 0)."""
+    with contextlib.suppress(typer.Exit):
+        print_json(data)
 
 
 def _result_json(result, pipeline, pipeline_name: str, undeclared: Undeclared) -> dict:
@@ -494,7 +501,7 @@ def recover(
     with runner:
         result = runner.recover()
     if format == "json":
-        print_json(
+        _print_result(
             _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
         )
         raise typer.Exit(result.exit_code)
