@@ -36,7 +36,7 @@ from catalog import (
 from consistency import META_JOB, META_ROLLBACK_OF, EpochBatch
 from etl.delta import Fence, claim_table, restore_table, table_version
 from etl.engine.commit import BatchWrite
-from etl.errors import InternalError, UsageError
+from etl.errors import UsageError
 
 if TYPE_CHECKING:
     from etl.engine.batch import EpochEngine
@@ -105,8 +105,25 @@ def _claim(catalog: Catalog, blocked: BlockedEpoch, lease: Lease) -> Fence:
 def _version(catalog: Catalog, table: str) -> int:
     version = table_version(catalog.get_table(table).location)
     if version is None:
-        raise InternalError(f"table {table!r} has no Delta version to seal at")
+        raise _not_created(table)
     return version
+
+
+def _require_created(catalog: Catalog, blocked: BlockedEpoch) -> None:
+    """Check, before anything changes, that every table of the blocked job has a Delta
+    table: a resolution is all or nothing."""
+    for table in blocked.tables:
+        _version(catalog, table)
+
+
+def _not_created(table: str) -> UsageError:
+    # A side output is created by its job's first audit: a run stopped between registering
+    # it and that audit leaves it without a Delta table, and nothing to seal or restore.
+    return UsageError(
+        f"table {table!r} has no Delta table yet: the run that registered it stopped before "
+        "creating it. Run the pipeline once (`etl run ... --once`; it audits the blocked "
+        "epoch again and creates the table), then resolve"
+    )
 
 
 def _seal(
@@ -136,6 +153,7 @@ def accept(
     catalog: Catalog, blocked: BlockedEpoch, lease: Lease, *, actor: str, reason: str
 ) -> ResolveResult:
     """Seal the blocked epoch as written (its recorded PROCESSED versions)."""
+    _require_created(catalog, blocked)
     _claim(catalog, blocked, lease)
     states = catalog.states_at(blocked.tables, blocked.epoch)
     versions: dict[str, int] = {}
@@ -162,6 +180,7 @@ def skip(
     catalog: Catalog, blocked: BlockedEpoch, lease: Lease, *, actor: str, reason: str
 ) -> ResolveResult:
     """Roll the blocked epoch back (RESTORE) and seal it empty: a recorded loss."""
+    _require_created(catalog, blocked)
     fence = _claim(catalog, blocked, lease)
     resolution = catalog.record_resolution(
         blocked.table, blocked.epoch, action=ResolutionAction.SKIP, actor=actor, reason=reason
@@ -171,9 +190,7 @@ def skip(
     for table in blocked.tables:
         location = catalog.get_table(table).location
         sealed = catalog.latest_written([table]).get(table)
-        current = table_version(location)
-        if current is None:
-            raise InternalError(f"table {table!r} has no Delta version to restore")
+        current = _version(catalog, table)
         base = sealed.delta_version if sealed is not None else None
         versions[table] = restore_table(
             location,
