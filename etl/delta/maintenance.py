@@ -14,7 +14,6 @@ import json
 import os
 import re
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -25,15 +24,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from etl.delta.layout import hive_directory, normalize_location, serialize_partition_value
+from etl.delta.layout import normalize_location, serialize_partition_value
 from etl.delta.log import active_files, open_table
 from etl.delta.write import (
     STAGING_PREFIX,
     DataFile,
     Fence,
     commit_files,
-    file_statistics,
     filesystem,
+    write_data_file,
 )
 
 LOG_DIR = "_delta_log"
@@ -280,20 +279,9 @@ def rewrite_small_files(location: str, plan: CompactionPlan) -> Rewrite:
         values = {
             k: serialize_partition_value(v) for k, v in current[group[0]].partition_values.items()
         }
-        directory = hive_directory(partition_by, values)
-        name = f"part-compact-{uuid.uuid4()}.parquet"
-        target = f"{directory}/{name}" if directory else name
-        fs.create_dir(f"{root}/{directory}" if directory else root, recursive=True)
-        pq.write_table(rows, f"{root}/{target}", filesystem=fs, compression="snappy")
-        metadata = pq.read_metadata(f"{root}/{target}", filesystem=fs)
         written.append(
-            DataFile(
-                path=target,
-                size=fs.get_file_info(f"{root}/{target}").size,
-                partition_values=values,
-                rows=metadata.num_rows,
-                stats=file_statistics(metadata, file_schema),
-                modification_time=int(time.time() * 1000),
+            write_data_file(
+                fs, root, rows, partition_by=partition_by, values=values, prefix="compact"
             )
         )
     return Rewrite(location, plan, tuple(written), schema, tuple(partition_by))

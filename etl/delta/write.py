@@ -325,6 +325,48 @@ def _file_path(
     return f"{directory}/{name}" if directory else name
 
 
+def write_data_file(
+    fs: pafs.FileSystem,
+    root: str,
+    rows: pa.Table,
+    *,
+    partition_by: Sequence[str],
+    values: Mapping[str, str | None],
+    prefix: str,
+) -> DataFile:
+    """Write ``rows`` of one partition (``values``) from the driver as one Parquet file of
+    the table at ``root``, as Spark's writer would lay it out: ``part-<prefix>-<uuid>``
+    under its Hive directory, without the partition columns (Delta protocol), every column
+    optional, timestamps in microseconds, statistics from the written footer."""
+    # Spark writes every column as optional; so do we, whatever the rows' nullability.
+    stored = pa.schema(
+        [field.with_nullable(True) for field in rows.schema if field.name not in partition_by]
+    )
+    path = _file_path(partition_by, values, prefix)
+    sink = pa.BufferOutputStream()
+    pq.write_table(
+        rows.select(stored.names).cast(stored),
+        sink,
+        compression="snappy",
+        coerce_timestamps="us",
+        store_decimal_as_integer=True,  # as Spark does for precisions up to 18
+    )
+    data = sink.getvalue()
+    metadata = pq.read_metadata(pa.BufferReader(data))
+    target = f"{root}/{path}"
+    fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(target) as out:
+        out.write(data)
+    return DataFile(
+        path=path,
+        size=data.size,
+        partition_values=dict(values),
+        rows=metadata.num_rows,
+        stats=file_statistics(metadata, stored),
+        modification_time=int(time.time() * 1000),
+    )
+
+
 def estimated_bytes(df: DataFrame) -> int:
     """Spark's estimate of ``df``'s size (optimizer statistics: planning, no Spark job)."""
     # A Scala BigInt: py4j hands over a Python int or an object whose str is the number.
@@ -346,10 +388,6 @@ def write_arrow(
     location = normalize_location(location)
     partition_by = tuple(partition_by)
     fs, root = filesystem(location)
-    # Spark writes every column as optional; so do we, whatever the rows' nullability.
-    stored = pa.schema(
-        [field.with_nullable(True) for field in rows.schema if field.name not in partition_by]
-    )
     groups: list[tuple[dict[str, str | None], pa.Table]] = []
     if not partition_by:
         groups.append(({}, rows))
@@ -361,35 +399,13 @@ def write_arrow(
         for group in numbered.group_by(list(partition_by)).aggregate([(index, "list")]).to_pylist():
             values = {c: serialize_partition_value(group[c]) for c in partition_by}
             groups.append((values, rows.take(group[f"{index}_list"])))
-    written = []
-    for values, part in groups:
-        if part.num_rows == 0:
-            continue
-        path = _file_path(partition_by, values, file_prefix)
-        sink = pa.BufferOutputStream()
-        pq.write_table(
-            part.select(stored.names).cast(stored),
-            sink,
-            compression="snappy",
-            coerce_timestamps="us",
-            store_decimal_as_integer=True,  # as Spark does for precisions up to 18
+    written = [
+        write_data_file(
+            fs, root, part, partition_by=partition_by, values=values, prefix=file_prefix
         )
-        data = sink.getvalue()
-        metadata = pq.read_metadata(pa.BufferReader(data))
-        target = f"{root}/{path}"
-        fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-        with fs.open_output_stream(target) as out:
-            out.write(data)
-        written.append(
-            DataFile(
-                path=path,
-                size=data.size,
-                partition_values=values,
-                rows=metadata.num_rows,
-                stats=file_statistics(metadata, stored),
-                modification_time=int(time.time() * 1000),
-            )
-        )
+        for values, part in groups
+        if part.num_rows
+    ]
     return sorted(written, key=lambda f: f.path)
 
 
@@ -801,5 +817,6 @@ __all__ = [
     "string_upper_bound",
     "restore_table",
     "write_arrow",
+    "write_data_file",
     "write_files",
 ]

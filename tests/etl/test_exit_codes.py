@@ -10,18 +10,7 @@ import pytest
 
 from etl import ExitCode
 from tests.support.cli_runner import ETL, REPO, _env
-
-GATED = """
-import great_expectations as gx
-from etl import FileSource, Pipeline, param
-from etl.quality import QualityGate
-
-pipeline = Pipeline("shop")
-pipeline.ingest("ingest", source=FileSource("drops", path=param("dir"), format="json",
-                schema="id INT, amount DOUBLE"), output="orders")
-pipeline.expect(QualityGate("orders", [gx.expectations.ExpectColumnValuesToNotBeNull(column="id")],
-                            policy="block"))
-"""
+from tests.support.pipeline_files import BLOCK_GATED_INGEST
 
 
 def test_readme_documents_every_exit_code():
@@ -35,7 +24,7 @@ def test_run_into_a_closed_pipe_exits_with_the_runs_code(tmp_path):
     """``etl run --format json | true``: the JSON is dropped quietly, and the exit code is
     still the run's (4, an epoch blocked), not 0."""
     shop, drops = tmp_path / "shop.py", tmp_path / "drops"
-    shop.write_text(GATED)
+    shop.write_text(BLOCK_GATED_INGEST)
     drops.mkdir()
     (drops / "a.json").write_text('{"id": null, "amount": 1.0}\n')
     command = " ".join(

@@ -12,26 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli_runner import etl
-
-GATED = """
-import great_expectations as gx
-from etl import FileSource, Pipeline, param
-from etl.quality import QualityGate
-
-pipeline = Pipeline("shop")
-pipeline.ingest("ingest", source=FileSource("drops", path=param("dir"), format="json",
-                schema="id INT, amount DOUBLE"), output="orders")
-pipeline.expect(QualityGate("orders", [gx.expectations.ExpectColumnValuesToNotBeNull(column="id")],
-                            policy="block"))
-"""
-
-UNGATED = """
-from etl import FileSource, Pipeline, param
-
-pipeline = Pipeline("shop")
-pipeline.ingest("ingest", source=FileSource("drops", path=param("dir"), format="json",
-                schema="id INT, amount DOUBLE"), output="orders")
-"""
+from tests.support.pipeline_files import BLOCK_GATED_INGEST, INGEST
 
 
 def _drop(directory: Path, name: str, rows: list[dict]) -> None:
@@ -52,7 +33,7 @@ def test_a_table_no_job_writes_is_reported_until_retired(tmp_path):
     warehouse, drops, shop = tmp_path / "wh", tmp_path / "drops", tmp_path / "shop.py"
     run = ("run", shop, "--once", "--format", "json", "--warehouse", warehouse)
     run += ("--param", f"dir={drops}")
-    shop.write_text(GATED)
+    shop.write_text(BLOCK_GATED_INGEST)
     _drop(drops, "a.json", [{"id": 1, "amount": 1.0}])
     first = etl(*run, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
@@ -60,7 +41,7 @@ def test_a_table_no_job_writes_is_reported_until_retired(tmp_path):
     (pipeline,) = _status(warehouse, tmp_path)["pipelines"]
     assert pipeline["last_commit"] == 1
 
-    shop.write_text(UNGATED)  # the gate, and with it its quarantine table, is gone
+    shop.write_text(INGEST)  # the gate, and with it its quarantine table, is gone
     _drop(drops, "b.json", [{"id": 2, "amount": 2.0}])
     second = etl(*run, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
