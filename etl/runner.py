@@ -43,8 +43,6 @@ from etl.retention.gate import BatchGate
 log = logging.getLogger(__name__)
 
 
-"""A run's exit codes (etl.cli.app documents them with the others)."""
-
 DEFAULT_LEASE_TTL_SECONDS = 15.0
 """A live run renews its leases every ttl/3 seconds; a dead one's lapse within this."""
 
