@@ -1,7 +1,8 @@
 """Helpers shared by the benchmarks (not a benchmark: the leading underscore hides it).
 
-Only public APIs: the ``etl``/``catalog`` package exports, SQLAlchemy's event hooks and
-Spark's status tracker.
+Public APIs, except where said: the ``etl``/``catalog`` package exports, SQLAlchemy's event
+hooks, Spark's status tracker; :class:`ProcessCpu` reads the driver JVM's pid from pyspark's
+gateway and :class:`Py4jCalls` wraps py4j's ``send_command`` (benchmarks only).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import statistics
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -122,3 +124,58 @@ def spark_job_count(spark) -> int:
     spark.ui.retainedJobs, 1000 by default: take differences over short spans)."""
     tracker = spark.sparkContext.statusTracker()
     return len(tracker.getJobIdsForGroup(None))
+
+
+class ProcessCpu:
+    """CPU seconds used so far by this Python process and by the driver JVM (Linux /proc).
+
+    Under a shared machine's load, wall time moves with the neighbours; CPU per unit of
+    work does not, so benchmarks report both.
+    """
+
+    def __init__(self, spark) -> None:
+        gateway = spark.sparkContext._gateway
+        process = getattr(gateway, "proc", None)
+        self._jvm_stat = f"/proc/{process.pid}/stat" if process is not None else None
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def jvm(self) -> float:
+        if self._jvm_stat is None:
+            return float("nan")
+        with open(self._jvm_stat) as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self._tick
+
+    @staticmethod
+    def python() -> float:
+        return time.process_time()
+
+
+class Py4jCalls:
+    """Counts the py4j round trips from Python to the driver JVM (every method call, field
+    access and object conversion is one), by wrapping py4j's ClientServerConnection."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+        self._original = None
+
+    def __enter__(self) -> Py4jCalls:
+        from py4j.clientserver import ClientServerConnection
+
+        original = ClientServerConnection.send_command
+        counter = self
+
+        def counted(connection, command, *args, **kwargs):
+            with counter._lock:
+                counter.count += 1
+            return original(connection, command, *args, **kwargs)
+
+        self._original = original
+        ClientServerConnection.send_command = counted
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from py4j.clientserver import ClientServerConnection
+
+        ClientServerConnection.send_command = self._original

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench._common import (
+    ProcessCpu,
+    Py4jCalls,
     StatementCounter,
     env_int,
     load_average,
@@ -133,18 +135,27 @@ def main() -> None:
         seconds: dict[str, list[float]] = {name: [] for name in actions}
         jobs: dict[str, list[int]] = {name: [] for name in actions}
         statements: dict[str, list[int]] = {name: [] for name in actions}
+        jvm_cpu: dict[str, list[float]] = {name: [] for name in actions}
+        python_cpu: dict[str, list[float]] = {name: [] for name in actions}
+        round_trips: dict[str, list[int]] = {name: [] for name in actions}
+        cpu = ProcessCpu(spark)
         try:
             for action in actions.values():
                 action()  # warm-up: JIT, Python workers, the tables' first versions
-            with StatementCounter() as counter:
+            with StatementCounter() as counter, Py4jCalls() as py4j:
                 for _ in range(runs):
                     for name, action in actions.items():
                         jobs_before, statements_before = spark_job_count(spark), counter.count
+                        calls_before = py4j.count
+                        jvm_before, python_before = cpu.jvm(), cpu.python()
                         start = time.perf_counter()
                         action()
                         seconds[name].append(time.perf_counter() - start)
+                        jvm_cpu[name].append(cpu.jvm() - jvm_before)
+                        python_cpu[name].append(cpu.python() - python_before)
                         jobs[name].append(spark_job_count(spark) - jobs_before)
                         statements[name].append(counter.count - statements_before)
+                        round_trips[name].append(py4j.count - calls_before)
         finally:
             for variant in variants.values():
                 variant.close()
@@ -153,7 +164,8 @@ def main() -> None:
     ingest = median(seconds["ingest"])
     print(
         f"{'':12} {'median ms':>10} {'p90 ms':>8} {'x parquet':>10} {'+ms vs ingest':>14}"
-        f" {'spark jobs':>10} {'catalog stmts':>13}"
+        f" {'spark jobs':>10} {'catalog stmts':>13} {'JVM cpu ms':>10} {'py cpu ms':>9}"
+        f" {'py4j calls':>10}"
     )
     for name in actions:
         values = sorted(seconds[name])
@@ -163,6 +175,8 @@ def main() -> None:
             f"{name:12} {median(values) * 1000:10.0f} {p90 * 1000:8.0f}"
             f" {median(values) / base:10.1f} {extra:>14}"
             f" {median(jobs[name]):10.0f} {median(statements[name]):13.0f}"
+            f" {median(jvm_cpu[name]) * 1000:10.0f} {median(python_cpu[name]) * 1000:9.0f}"
+            f" {median(round_trips[name]):10.0f}"
         )
     print(
         f"one tiny epoch through one job: {ingest * 1000:.0f} ms, {ingest / base:.1f}x Spark "

@@ -34,7 +34,6 @@ from catalog import (
 )
 from consistency import EpochBatch, plan_batches
 from etl.engine import BatchResult, EpochEngine, RecoveryStep, StepAction, recover
-from etl.engine.commit import next_attempt
 from etl.errors import ExitCode, InternalError, JobError, PipelineBusyError
 from etl.leases import LeaseKeeper, make_owner, owner_state
 from etl.pipeline import Job, Pipeline
@@ -414,12 +413,9 @@ class Runner:
                 and (max_epochs is None or len(opened) < max_epochs)
             )
 
-        attempts: dict[str, int] = {}
-
         def run_one(job: Job, batch: EpochBatch) -> BatchResult:
             self._running[job.name] = batch
             try:
-                attempts[job.name] = next_attempt(self.catalog, self.pipeline.tables_of(job), batch)
                 with self.gate.batch(job.name):
                     result = self.engine.run_batch(
                         job, batch, self._lease(job), check_lease=self._lease_check(job)
@@ -462,7 +458,9 @@ class Runner:
                         result = future.result()
                     except Exception as exc:  # reported as a JobFailure; other jobs go on
                         failures.append(
-                            self._record_failure(job, batch.last, exc, attempts.get(job.name))
+                            self._record_failure(
+                                job, batch.last, exc, self.engine.attempt_of(job, batch)
+                            )
                         )
                         stopped.add(job.name)
                         continue

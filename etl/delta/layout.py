@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import date
 from urllib.parse import unquote, urlparse
 
+import pyarrow.fs as pafs
+
 from etl.errors import DeltaIOError
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -91,6 +93,13 @@ def normalize_location(location: str) -> str:
     return os.path.abspath(location)
 
 
+def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow file system of a normalized ``location`` and the table root on it."""
+    if location.startswith("/"):
+        return pafs.LocalFileSystem(), location
+    return pafs.FileSystem.from_uri(location)
+
+
 def absolute_path(location: str, path: str) -> str:
     """Where Spark finds a file of the table (``path`` as in :class:`ActiveFile`)."""
     return path if has_scheme(path) else f"{location}/{path}"
@@ -113,6 +122,7 @@ __all__ = [
     "PARTITION_TYPES",
     "absolute_path",
     "escape_path_name",
+    "filesystem",
     "has_scheme",
     "hive_directory",
     "normalize_location",

@@ -7,12 +7,14 @@ commit metadata (the ``META_*`` keys of :mod:`consistency.models`), which
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -27,7 +29,7 @@ from consistency.models import (
     META_RESTORED_TO,
     LogCommit,
 )
-from etl.delta.layout import normalize_location
+from etl.delta.layout import filesystem, normalize_location
 from etl.errors import DeltaIOError, UnsupportedTableFeatureError
 
 EPOCH_COLUMN = "_epoch"
@@ -40,6 +42,46 @@ SUPPORTED_READER_FEATURES = frozenset({"timestampNtz", "vacuumProtocolCheck"})
 
 
 _MAX_READER_VERSION = 3
+
+LOG_DIR = "_delta_log"
+COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
+CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
+
+
+@dataclass(frozen=True)
+class LogListing:
+    """What the ``_delta_log`` directory holds, from one listing (no entry is read)."""
+
+    commits: tuple[int, ...]
+    """Versions with a JSON commit entry, ascending."""
+    checkpoints: Mapping[int, float]
+    """Checkpoint version -> its (newest part's) file mtime, seconds since the epoch."""
+
+    @property
+    def latest(self) -> int | None:
+        """The table's latest version; None when the log holds nothing (no table)."""
+        versions = [*self.commits[-1:], *self.checkpoints]
+        return max(versions) if versions else None
+
+
+def list_log(location: str) -> LogListing:
+    """List the table's log directory: cheaper than opening the table, which replays the
+    log from its last checkpoint (deltalake 1.6 does so even with ``without_files``).
+
+    A commit entry appears whole or not at all (Delta protocol, "Delta Log Entries":
+    written with put-if-absent), so the newest listed entry is the latest version.
+    """
+    fs, root = filesystem(normalize_location(location))
+    commits: list[int] = []
+    checkpoints: dict[int, float] = {}
+    for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}", allow_not_found=True)):
+        if match := COMMIT_FILE.match(info.base_name):
+            commits.append(int(match.group(1)))
+        elif match := CHECKPOINT_FILE.match(info.base_name):
+            version = int(match.group(1))
+            mtime = info.mtime.timestamp() if info.mtime else 0.0
+            checkpoints[version] = max(checkpoints.get(version, 0.0), mtime)
+    return LogListing(commits=tuple(sorted(commits)), checkpoints=checkpoints)
 
 
 def open_table(
@@ -85,11 +127,10 @@ def table_exists(location: str) -> bool:
 
 
 def table_version(location: str) -> int | None:
-    """The latest Delta version at ``location``; None when there is no Delta table."""
-    location = normalize_location(location)
-    if not DeltaTable.is_deltatable(location):
-        return None
-    return open_table(location, without_files=True).version()
+    """The latest Delta version at ``location``; None when there is no Delta table.
+
+    From a listing of the log (:func:`list_log`), without replaying it."""
+    return list_log(location).latest
 
 
 @dataclass(frozen=True)
@@ -148,7 +189,8 @@ def log_commits(location: str, *, after_version: int | None = None) -> list[LogC
     ``BEFORE_FIRST_VERSION`` for a rollback that emptied the table. No table yet: no commits.
     """
     location = normalize_location(location)
-    if not DeltaTable.is_deltatable(location):
+    latest = table_version(location)
+    if latest is None or (after_version is not None and latest <= after_version):
         return []
     table = open_table(location, operation="log_commits", without_files=True)
     # Only the commits after ``after_version`` are read: the newest ones, by count.
@@ -194,12 +236,17 @@ def _as_int(value: object) -> int | None:
 
 
 __all__ = [
+    "CHECKPOINT_FILE",
+    "COMMIT_FILE",
     "EPOCH_COLUMN",
+    "LOG_DIR",
     "SUPPORTED_READER_FEATURES",
     "ActiveFile",
+    "LogListing",
     "active_files",
     "check_supported",
     "history",
+    "list_log",
     "log_commits",
     "open_table",
     "table_exists",

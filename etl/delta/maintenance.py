@@ -24,22 +24,25 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from etl.delta.layout import normalize_location, serialize_partition_value
-from etl.delta.log import active_files, open_table
+from etl.delta.layout import filesystem, normalize_location, serialize_partition_value
+from etl.delta.log import (
+    CHECKPOINT_FILE,
+    COMMIT_FILE,
+    LOG_DIR,
+    active_files,
+    list_log,
+    open_table,
+)
 from etl.delta.write import (
     STAGING_PREFIX,
     DataFile,
     Fence,
     commit_files,
-    filesystem,
     write_data_file,
 )
 
-LOG_DIR = "_delta_log"
 MAINTENANCE_META = "delta_barrier.maintenance"
 """commitInfo key of maintenance commits (value: ``compaction``)."""
-_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
-_CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
 _CRC_FILE = re.compile(r"^(\d{20})\.crc$")
 LOG_GRACE = timedelta(minutes=5)
 """How long a checkpoint must exist before the log entries it supersedes are deleted."""
@@ -62,19 +65,6 @@ class Referenced:
     known: set[str] = field(default_factory=set)
     first_version: int = 0
     latest_version: int = -1
-
-
-def _log_versions(fs: pafs.FileSystem, root: str) -> tuple[list[int], dict[int, float]]:
-    """(commit versions with a JSON entry, {checkpoint version: its file's mtime})."""
-    commits: list[int] = []
-    checkpoints: dict[int, float] = {}
-    for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}", allow_not_found=True)):
-        if match := _COMMIT_FILE.match(info.base_name):
-            commits.append(int(match.group(1)))
-        elif match := _CHECKPOINT_FILE.match(info.base_name):
-            mtime = info.mtime.timestamp() if info.mtime else 0.0
-            checkpoints[int(match.group(1))] = max(checkpoints.get(int(match.group(1)), 0.0), mtime)
-    return sorted(commits), checkpoints
 
 
 @dataclass(frozen=True)
@@ -340,7 +330,8 @@ def log_upkeep(
     """
     location = normalize_location(location)
     fs, root = filesystem(location)
-    commits, checkpoints = _log_versions(fs, root)
+    listing = list_log(location)
+    commits, checkpoints = list(listing.commits), listing.checkpoints
     table = open_table(location, operation="checkpoint")  # loaded once: a long log is slow
     latest = table.version()
     keep_from = max(0, min(keep_from_version, latest))
@@ -355,7 +346,7 @@ def log_upkeep(
     if latest not in checkpoints or old:
         table.create_checkpoint()
         checkpointed = latest if latest not in checkpoints else None
-    _, checkpoints = _log_versions(fs, root)
+    checkpoints = list_log(location).checkpoints
     settled = time.time() - grace.total_seconds()
     boundary = max(
         (v for v, mtime in checkpoints.items() if v <= keep_from and mtime <= settled),
@@ -366,8 +357,8 @@ def log_upkeep(
     if boundary is not None:
         for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}")):
             match = (
-                _COMMIT_FILE.match(info.base_name)
-                or _CHECKPOINT_FILE.match(info.base_name)
+                COMMIT_FILE.match(info.base_name)
+                or CHECKPOINT_FILE.match(info.base_name)
                 or _CRC_FILE.match(info.base_name)
             )
             if match and int(match.group(1)) < boundary:

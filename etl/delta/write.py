@@ -49,6 +49,7 @@ from consistency.models import (
 )
 from etl.delta.layout import (
     PARTITION_TYPES,
+    filesystem,
     hive_directory,
     normalize_location,
     serialize_partition_value,
@@ -213,12 +214,6 @@ class _StagedFile:
     staged: str
     target: str
     partition_values: Mapping[str, str | None]
-
-
-def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
-    if location.startswith("/"):
-        return pafs.LocalFileSystem(), location
-    return pafs.FileSystem.from_uri(location)
 
 
 def _spark_location(location: str) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from pyspark.sql import DataFrame, SparkSession
@@ -38,6 +38,7 @@ from etl.engine.commit import (
     current_version,
     next_attempt,
 )
+from etl.engine.timing import StageClock
 from etl.errors import (
     DeltaBarrierError,
     InternalError,
@@ -82,6 +83,8 @@ class BatchResult:
     blocked_reason: str | None = None
     """Why the quality gate kept the epoch from being sealed; None when it was sealed."""
     commit: CommitManifest | None = None
+    timings: Mapping[str, float] = field(default_factory=dict, compare=False)
+    """Wall seconds per stage of the batch (:mod:`etl.engine.timing`)."""
 
     @property
     def outcome(self) -> BatchOutcome:
@@ -100,6 +103,14 @@ class EpochEngine:
         self.catalog = catalog
         self.spark = spark
         self._histories: dict[str, Callable[[int], list[Mapping[str, object]]]] = {}
+        self._attempts: dict[str, tuple[int, int]] = {}
+        """Per job: (epoch, attempt) of its latest batch."""
+
+    def attempt_of(self, job: Job, batch: EpochBatch) -> int | None:
+        """The attempt number the engine gave the job's latest run of ``batch`` (to report a
+        failure with); None when it failed before numbering it."""
+        epoch, attempt = self._attempts.get(job.name, (None, None))
+        return attempt if epoch == batch.last else None
 
     def _slice_history(self, source: str) -> Callable[[int], list[Mapping[str, object]]]:
         """The bounds of ``source``'s slices recorded after an epoch: one function per
@@ -121,6 +132,7 @@ class EpochEngine:
         lease: Lease,
         check_lease: LeaseCheck | None = None,
         resumed: bool = False,
+        clock: StageClock | None = None,
     ) -> EpochWriter:
         return EpochWriter(
             catalog=self.catalog,
@@ -135,6 +147,7 @@ class EpochEngine:
                 table: self.catalog.get_table(table).location
                 for table in self.pipeline.tables_of(job)
             },
+            clock=clock or StageClock(),
         )
 
     # -- running a batch ---------------------------------------------------------------
@@ -157,22 +170,30 @@ class EpochEngine:
     def _run_batch(
         self, job: Job, batch: EpochBatch, lease: Lease, check_lease: LeaseCheck | None
     ) -> BatchResult:
-        epoch = self.catalog.get_epoch(batch.last)
-        # Any table of the job may hold an earlier attempt (a crash after a side output's
-        # commit leaves nothing of the epoch in the output): replay above all of them.
-        attempt = next_attempt(self.catalog, self.pipeline.tables_of(job), batch)
-        session = self.spark.newSession()
-        writer = self.writer(job, batch, attempt=attempt, lease=lease, check_lease=check_lease)
+        clock = StageClock()
+        with clock.stage("read"):
+            epoch = self.catalog.get_epoch(batch.last)
+            # Any table of the job may hold an earlier attempt (a crash after a side
+            # output's commit leaves nothing of the epoch in the output): replay above all.
+            attempt = next_attempt(self.catalog, self.pipeline.tables_of(job), batch)
+            self._attempts[job.name] = (batch.last, attempt)
+            session = self.spark.newSession()
+            writer = self.writer(
+                job, batch, attempt=attempt, lease=lease, check_lease=check_lease, clock=clock
+            )
         written = BatchWrite()
         if job.source is not None:
-            bounds = self._slice_bounds(job, batch, epoch.barrier_ts, lease)
-            parts = job.source.micro_batches(bounds)
+            with clock.stage("read"):
+                bounds = self._slice_bounds(job, batch, epoch.barrier_ts, lease)
+                parts = job.source.micro_batches(bounds)
             for index, part in enumerate(parts):
                 final = index == len(parts) - 1
-                data = job.source.read(session, part, epoch=batch.last)
-                rows = self._transform(
-                    job, session, batch, epoch.barrier_ts, {job.source.name: data.rows}
-                )
+                with clock.stage("read"):
+                    data = job.source.read(session, part, epoch=batch.last)
+                with clock.stage("transform"):
+                    rows = self._transform(
+                        job, session, batch, epoch.barrier_ts, {job.source.name: data.rows}
+                    )
                 if job.rejects_table and data.rejects is not None:
                     written = writer.write(
                         written,
@@ -188,13 +209,16 @@ class EpochEngine:
                 if not final:
                     maybe_crash("between_micro_batches", job=job.name, epoch=batch.last)
         else:
-            inputs = self._read_inputs(job, batch, session)
-            rows = self._transform(job, session, batch, epoch.barrier_ts, inputs)
+            with clock.stage("read"):
+                inputs = self._read_inputs(job, batch, session)
+            with clock.stage("transform"):
+                rows = self._transform(job, session, batch, epoch.barrier_ts, inputs)
             written = writer.write(
                 written, table=job.output, frame=rows, part=0, final=True, mode=job.mode
             )
         rejected = written.rows_of(job.rejects_table) if job.rejects_table else 0
-        return self.publish(writer, written, rejected=rejected)
+        result = self.publish(writer, written, rejected=rejected)
+        return replace(result, timings=clock.totals())
 
     def publish(
         self, writer: EpochWriter, written: BatchWrite, *, rejected: int = 0
@@ -204,7 +228,8 @@ class EpochEngine:
         quarantined = 0
         gate = self.pipeline.gates.get(job.output)
         if gate is not None:
-            verdict = audit(writer, gate, written)
+            with writer.clock.stage("audit"):
+                verdict = audit(writer, gate, written)
             written = verdict.written
             if verdict.blocked_reason is not None:
                 return BatchResult(
@@ -218,6 +243,28 @@ class EpochEngine:
                     blocked_reason=verdict.blocked_reason,
                 )
             quarantined = verdict.quarantined
+        with writer.clock.stage("seal"):
+            requests = self._seal_requests(writer, written)
+            writer.check_lease()
+            maybe_crash("before_seal", job=job.name, epoch=batch.last)
+            commit = self.catalog.seal(job.name, writer.lease.generation, requests)
+            maybe_crash("after_seal", job=job.name, epoch=batch.last)
+        return BatchResult(
+            job=job.name,
+            first_epoch=batch.first,
+            epoch=batch.last,
+            attempt=writer.attempt,
+            versions={r.table: r.delta_version for r in requests},
+            rows=written.rows_of(job.output),
+            rejected=rejected,
+            quarantined=quarantined,
+            commit=commit,
+        )
+
+    def _seal_requests(self, writer: EpochWriter, written: BatchWrite) -> list[SealRequest]:
+        """What sealing the batch records, per table of the job; a table this attempt did not
+        commit to after an earlier attempt was rolled back is recorded PROCESSED first."""
+        job, batch = writer.job, writer.batch
         requests = []
         for table in self.pipeline.tables_of(job):
             version = written.versions.get(table)
@@ -241,21 +288,7 @@ class EpochEngine:
                     first_epoch=batch.first,
                 )
             )
-        writer.check_lease()
-        maybe_crash("before_seal", job=job.name, epoch=batch.last)
-        commit = self.catalog.seal(job.name, writer.lease.generation, requests)
-        maybe_crash("after_seal", job=job.name, epoch=batch.last)
-        return BatchResult(
-            job=job.name,
-            first_epoch=batch.first,
-            epoch=batch.last,
-            attempt=writer.attempt,
-            versions={r.table: r.delta_version for r in requests},
-            rows=written.rows_of(job.output),
-            rejected=rejected,
-            quarantined=quarantined,
-            commit=commit,
-        )
+        return requests
 
     def _slice_bounds(
         self, job: Job, batch: EpochBatch, barrier_ts, lease: Lease

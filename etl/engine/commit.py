@@ -35,6 +35,7 @@ from etl.delta import (
     table_version,
     write_files,
 )
+from etl.engine.timing import StageClock
 from etl.errors import InternalError, OutputSchemaError, SchemaMismatchError
 from etl.faults import maybe_crash
 
@@ -137,6 +138,8 @@ class EpochWriter:
     in the log (found by epoch, attempt and micro-batch) and is not committed twice."""
     locations: Mapping[str, str] = field(default_factory=dict)
     """Where the job's tables live, looked up once for the batch (others: in the catalog)."""
+    clock: StageClock = field(default_factory=StageClock, compare=False)
+    """Times the batch's ``write`` and ``commit`` stages."""
 
     def location(self, table: str) -> str:
         known = self.locations.get(table)
@@ -179,27 +182,29 @@ class EpochWriter:
             base = written.versions.get(table)
         if base is None and mode == "merge":
             base = table_version(location)  # None: no table yet, the merge creates it
-        prepared = self.prepare(
-            table=table,
-            frame=frame,
-            mode=mode,
-            base=base,
-            name=f"{batch.last}-{self.attempt}-{'audit' if audit else part}",
-        )
+        with self.clock.stage("write"):
+            prepared = self.prepare(
+                table=table,
+                frame=frame,
+                mode=mode,
+                base=base,
+                name=f"{batch.last}-{self.attempt}-{'audit' if audit else part}",
+            )
         overwrites = mode == "overwrite" and table not in written.versions
         # Even a batch without rows commits to create a table that does not exist yet.
         exists = base is not None or table_exists(location)
         if exists and not (prepared.files or prepared.removes or overwrites):
             return written.counted(table)
-        return self.commit_prepared(
-            written,
-            table=table,
-            prepared=prepared,
-            part=part,
-            final=final,
-            overwrite=overwrites,
-            audit=audit,
-        )
+        with self.clock.stage("commit"):
+            return self.commit_prepared(
+                written,
+                table=table,
+                prepared=prepared,
+                part=part,
+                final=final,
+                overwrite=overwrites,
+                audit=audit,
+            )
 
     def prepare(
         self, *, table: str, frame: DataFrame, mode: WriteMode, base: int | None, name: str

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -223,10 +222,13 @@ def test_pipeline_definition_errors():
 @pytest.mark.slow
 def test_a_slow_job_does_not_hold_back_upstream_epochs(tmp_path, spark):
     pipeline = orders_pipeline(tmp_path / "incoming")
+    upstream_went_on = threading.Event()
 
     @pipeline.job("slow", output="slow", inputs=["orders"])
     def slow(ctx):
-        time.sleep(3.0)
+        # Busy until the root sealed two more epochs; a runner that held the root back
+        # behind this job would never get there (the wait times out, the check fails).
+        upstream_went_on.wait(timeout=120)
         return ctx["orders"].select("id")
 
     env = Env(tmp_path, spark, pipeline)
@@ -239,6 +241,8 @@ def test_a_slow_job_does_not_hold_back_upstream_epochs(tmp_path, spark):
             and env.catalog.latest_written(["slow"]).get("slow") is None
         ):
             sealed_while_slow.append(batch.epoch)
+            if len(sealed_while_slow) >= 2:
+                upstream_went_on.set()
 
     env.runner.on_batch = watch
     env.drop([{"id": 1, "customer": "a", "amount": 1.0}])
