@@ -427,6 +427,16 @@ class Runner:
             return result
 
         running: dict[Future[BatchResult], tuple[Job, EpochBatch]] = {}
+        own_tables = {t for job in jobs for t in self.pipeline.tables_of(job)}
+        consumers = {
+            table: [j.name for j in jobs if any(i.table == table for i in j.inputs)]
+            for table in own_tables
+        }
+        # Jobs that may have a new runnable batch: all at first; then a job whose batch
+        # ended and the jobs reading its tables, and source jobs when an epoch opens.
+        # The others are not planned again (planning costs catalog round trips): epochs
+        # belong to the pipeline, so only its own jobs make another job's epochs runnable.
+        dirty = {job.name for job in jobs}
         with ThreadPoolExecutor(
             # One worker per job by default: a job never waits for a slot behind the jobs
             # downstream of it, so a long chain does not hold back its root.
@@ -437,10 +447,12 @@ class Runner:
                 if opening() and time.monotonic() >= next_epoch_at:
                     opened.append(self.open_epoch())
                     next_epoch_at = time.monotonic() + (epoch_interval or 0.0)
+                    dirty |= {job.name for job in jobs if not job.inputs}
                 busy = {job.name for job, _ in running.values()}
                 for job in jobs:
-                    if job.name in busy or job.name in stopped:
+                    if job.name in busy or job.name in stopped or job.name not in dirty:
                         continue
+                    dirty.discard(job.name)
                     batches = self.plan(job)
                     if batches:
                         running[pool.submit(run_one, job, batches[0])] = (job, batches[0])
@@ -454,6 +466,8 @@ class Runner:
                 finished, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
                 for future in finished:
                     job, batch = running.pop(future)
+                    dirty.add(job.name)
+                    dirty |= {c for t in self.pipeline.tables_of(job) for c in consumers[t]}
                     try:
                         result = future.result()
                     except Exception as exc:  # reported as a JobFailure; other jobs go on
