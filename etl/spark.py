@@ -143,10 +143,33 @@ def check_master(master: str) -> None:
     )
 
 
+SMALL_BATCH_BYTES = 8 * 1024 * 1024
+"""A batch whose inputs hold at most this many bytes runs with :data:`SMALL_BATCH_CONF`."""
+
+SMALL_BATCH_CONF = {
+    # Adaptive execution submits every shuffle stage as a job of its own and re-plans in
+    # between; whole-stage code generation compiles (Janino) and JIT-compiles new classes
+    # for every query. On a few megabytes both cost the driver more CPU than they save:
+    # measured (bench small_epoch) 15-30% less driver JVM CPU per batch without them.
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+}
+
+
+def configure_small_batch(session: SparkSession) -> None:
+    """Set :data:`SMALL_BATCH_CONF` on a batch's own session (``newSession``: the settings
+    stay with that batch, other sessions keep theirs)."""
+    for key, value in SMALL_BATCH_CONF.items():
+        session.conf.set(key, value)
+
+
 __all__ = [
     "JVM_BOOT_NOTICES",
     "MASTER_CONNECT_TIMEOUT",
     "check_master",
     "DEFAULT_MASTER",
+    "SMALL_BATCH_BYTES",
+    "SMALL_BATCH_CONF",
     "build_spark",
+    "configure_small_batch",
 ]

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from catalog import Catalog, CommitManifest, EpochState, Lease, SealRequest
 from consistency import EpochBatch
-from etl.delta import EPOCH_COLUMN, read_epochs, read_table
+from etl.delta import EPOCH_COLUMN, estimated_bytes, read_epochs, read_table
 from etl.engine.audit import audit
 from etl.engine.commit import (
     BatchWrite,
@@ -49,6 +49,7 @@ from etl.errors import (
 from etl.faults import maybe_crash
 from etl.pipeline import EpochContext, Job, Pipeline
 from etl.sources.base import SliceRequest
+from etl.spark import SMALL_BATCH_BYTES, configure_small_batch
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,17 @@ def _names(sql: str, table: str) -> bool:
         re.search(rf"(?<![\w`]){re.escape(table)}(?![\w`])|`{re.escape(table)}`", sql, re.I)
         is not None
     )
+
+
+def _size_session(session: SparkSession, inputs: list[DataFrame]) -> None:
+    """Small inputs (by the optimizer's size estimate of each input: planning, no job) run
+    with the small-batch settings; any unknown or large input keeps Spark's defaults."""
+    total = 0
+    for frame in inputs:
+        total += estimated_bytes(frame)
+        if total > SMALL_BATCH_BYTES:
+            return
+    configure_small_batch(session)
 
 
 class BatchOutcome(StrEnum):
@@ -190,6 +202,8 @@ class EpochEngine:
                 final = index == len(parts) - 1
                 with clock.stage("read"):
                     data = job.source.read(session, part, epoch=batch.last)
+                    if index == 0:
+                        _size_session(session, [data.rows])
                 with clock.stage("transform"):
                     rows = self._transform(
                         job, session, batch, epoch.barrier_ts, {job.source.name: data.rows}
@@ -211,6 +225,7 @@ class EpochEngine:
         else:
             with clock.stage("read"):
                 inputs = self._read_inputs(job, batch, session)
+                _size_session(session, list(inputs.values()))
             with clock.stage("transform"):
                 rows = self._transform(job, session, batch, epoch.barrier_ts, inputs)
             written = writer.write(
