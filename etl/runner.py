@@ -305,9 +305,10 @@ class Runner:
         """The batch each job is running now."""
         return dict(self._running)
 
-    def plan(self, job: Job) -> list[EpochBatch]:
+    def plan(self, job: Job, *, draining: bool = False) -> list[EpochBatch]:
         """The batches the job may run now (barrier alignment, backlog coalescing), over
-        its pipeline's own epochs."""
+        its pipeline's own epochs. ``draining`` (a run told to stop): every pending epoch
+        is coalesced, so the epochs left are finished in as few batches as possible."""
         done_through = self._done_through(job)
         issued = [
             e.id for e in self.catalog.epochs(after=done_through, pipeline=self.catalog_pipeline)
@@ -344,7 +345,7 @@ class Runner:
             done_through=done_through,
             issued=issued,
             inputs_written=inputs_written,
-            backlog_threshold=self.backlog_threshold,
+            backlog_threshold=1 if draining else self.backlog_threshold,
             recorded_slices=recorded,
         )
 
@@ -371,7 +372,8 @@ class Runner:
         max_epochs: int | None = None,
     ) -> RunResult:
         """Open an epoch every ``epoch_interval`` seconds while jobs run, until ``stop`` is set
-        (or ``max_epochs`` were opened); then finish the epochs in flight and return."""
+        (or ``max_epochs`` were opened); then finish the epochs issued and return. Once
+        ``stop`` is set, each job coalesces all its pending epochs into one batch."""
         with self._holding_leases():
             result = self.recover()
             return result.merged(
@@ -453,7 +455,7 @@ class Runner:
                     if job.name in busy or job.name in stopped or job.name not in dirty:
                         continue
                     dirty.discard(job.name)
-                    batches = self.plan(job)
+                    batches = self.plan(job, draining=stop is not None and stop.is_set())
                     if batches:
                         running[pool.submit(run_one, job, batches[0])] = (job, batches[0])
                 if not running and not opening():

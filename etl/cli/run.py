@@ -256,7 +256,7 @@ def _handle_signals(runner, stopping: threading.Event) -> None:
         detail = ", ".join(f"{job}: {n}" for job, n in left.items())
         name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
         err.print(
-            f"stopping ({name}): finishing {total} epoch(s) left"
+            f"stopping ({name}): finishing {total} epoch(s) left, coalesced"
             + (f" (per job: {detail})" if detail else "")
             + "; no new epochs are opened. Ctrl-C or SIGTERM again stops at once"
         )

@@ -250,3 +250,27 @@ def test_a_slow_job_does_not_hold_back_upstream_epochs(tmp_path, spark):
     assert result.ok
     assert len(sealed_while_slow) >= 2, sealed_while_slow
     assert env.catalog.latest_written(["slow"])["slow"].epoch == 4
+
+
+def test_a_stopping_run_finishes_the_epochs_left_in_one_batch_per_job(tmp_path, spark):
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    pipeline.sql(
+        "copy", output="copied", query="SELECT id, customer, amount FROM orders", inputs=["orders"]
+    )
+    env = Env(tmp_path, spark, pipeline)
+    env.runner.register()
+    for i in range(5):
+        env.drop([{"id": i, "customer": "a", "amount": float(i)}])
+        env.runner.open_epoch()
+    stop = threading.Event()
+    stop.set()  # told to stop before it ran anything: what is issued is finished, coalesced
+
+    result = env.runner.run_continuous(epoch_interval=0.5, stop=stop)
+
+    assert result.ok and not result.epochs_opened
+    assert sorted((b.job, b.first_epoch, b.epoch) for b in result.batches) == [
+        ("copy", 1, 5),
+        ("ingest_orders", 1, 5),
+    ]
+    assert env.rows("copied", "id") == [(i,) for i in range(5)]
+    assert env.catalog.latest_written(["copied"])["copied"].epoch == 5
