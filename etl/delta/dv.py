@@ -60,7 +60,7 @@ def z85_decode(text: str) -> bytes:
                 raise DeletionVectorFormatError(f"{char!r} is not a z85 character")
             word = word * 85 + _Z85_INDEX[char]
         if word > 0xFFFFFFFF:
-            raise DeletionVectorFormatError(f"z85 group {text[start:start + 5]!r} overflows")
+            raise DeletionVectorFormatError(f"z85 group {text[start : start + 5]!r} overflows")
         out += struct.pack(">I", word)
     return bytes(out)
 
@@ -171,23 +171,36 @@ class DeletionVector:
 
 def read_rows(fs: pafs.FileSystem, root: str, dv: DeletionVector) -> list[int]:
     """The deleted row indexes ``dv`` names, for the table at ``root`` on ``fs``."""
-    if dv.storage_type == "i":
-        data = z85_decode(dv.path_or_inline_dv)[: dv.size_in_bytes]
-        rows = deserialize_rows(data)
-    else:
-        path = dv.path_or_inline_dv if dv.storage_type == "p" else f"{root}/{dv.relative_path()}"
-        if dv.storage_type == "p":
-            fs, path = pafs.FileSystem.from_uri(path)
-        with fs.open_input_file(path) as handle:
-            data = handle.read()
-        if not data or data[0] != _FORMAT_VERSION:
-            raise DeletionVectorFormatError(f"{path}: not a version {_FORMAT_VERSION} DV file")
-        rows = deserialize_rows(unframe(data, dv.offset or 1, dv.size_in_bytes))
-    if len(rows) != dv.cardinality:
-        raise DeletionVectorFormatError(
-            f"DV {dv.unique_id} holds {len(rows)} rows, its descriptor says {dv.cardinality}"
-        )
-    return rows
+    return read_many(fs, root, [dv])[0]
+
+
+def read_many(fs: pafs.FileSystem, root: str, dvs: Sequence[DeletionVector]) -> list[list[int]]:
+    """The deleted row indexes of each of ``dvs``; each DV file is read once."""
+    contents: dict[str, bytes] = {}
+    result = []
+    for dv in dvs:
+        if dv.storage_type == "i":
+            rows = deserialize_rows(z85_decode(dv.path_or_inline_dv)[: dv.size_in_bytes])
+        else:
+            if dv.storage_type == "p":
+                where, path = pafs.FileSystem.from_uri(dv.path_or_inline_dv)
+            elif dv.storage_type == "u":
+                where, path = fs, f"{root}/{dv.relative_path()}"
+            else:
+                raise DeletionVectorFormatError(f"unknown storage type {dv.storage_type!r}")
+            if path not in contents:
+                with where.open_input_file(path) as handle:
+                    contents[path] = handle.read()
+            data = contents[path]
+            if not data or data[0] != _FORMAT_VERSION:
+                raise DeletionVectorFormatError(f"{path}: not a version {_FORMAT_VERSION} DV file")
+            rows = deserialize_rows(unframe(data, dv.offset or 1, dv.size_in_bytes))
+        if len(rows) != dv.cardinality:
+            raise DeletionVectorFormatError(
+                f"DV {dv.unique_id} holds {len(rows)} rows, its descriptor says {dv.cardinality}"
+            )
+        result.append(rows)
+    return result
 
 
 def write_dv_file(
@@ -226,6 +239,7 @@ __all__ = [
     "DeletionVector",
     "deserialize_rows",
     "frame",
+    "read_many",
     "read_rows",
     "serialize_rows",
     "unframe",

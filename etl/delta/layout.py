@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import date
 from urllib.parse import unquote, urlparse
 
+import pyarrow.fs as pafs
+
 from etl.errors import DeltaIOError
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -103,6 +105,20 @@ def spark_file_path(uri: str) -> str:
     return unquote(uri)
 
 
+def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+    """The file system of a normalised location and the table root on it."""
+    if location.startswith("/"):
+        return pafs.LocalFileSystem(), location
+    return pafs.FileSystem.from_uri(location)
+
+
+def spark_location(location: str) -> str:
+    """``location`` as Spark must be given it: an absolute path without a scheme would be
+    read against Hadoop's default file system, which on a cluster is HDFS, not the local
+    disk."""
+    return f"file://{location}" if location.startswith("/") else location
+
+
 def has_scheme(path: str) -> bool:
     """True for a URI (``s3://...``, ``file:...``), False for a plain path."""
     return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path) is not None
@@ -113,11 +129,13 @@ __all__ = [
     "PARTITION_TYPES",
     "absolute_path",
     "escape_path_name",
+    "filesystem",
     "has_scheme",
     "hive_directory",
     "normalize_location",
     "serialize_partition_value",
     "spark_file_path",
+    "spark_location",
     "unescape_path_name",
     "written_partition_values",
 ]

@@ -27,7 +27,9 @@ from consistency.models import (
     META_RESTORED_TO,
     LogCommit,
 )
+from etl.delta.dv import DeletionVector
 from etl.delta.layout import normalize_location
+from etl.delta.logfile import DELETION_VECTORS, active_adds, deletion_vector
 from etl.errors import DeltaIOError, UnsupportedTableFeatureError
 
 EPOCH_COLUMN = "_epoch"
@@ -104,7 +106,22 @@ class ActiveFile:
     min_values: Mapping[str, Any]
     max_values: Mapping[str, Any]
     rows: int | None = None
-    """numRecords of the file's statistics; None when the log has none."""
+    """numRecords of the file's statistics (physical rows, deleted ones included); None
+    when the log has none."""
+    deletion_vector: DeletionVector | None = None
+    """The rows of the file this version deletes (Delta protocol, "Deletion Vectors")."""
+
+    @property
+    def live_rows(self) -> int | None:
+        """The rows a reader of this version sees: ``rows`` minus the deleted ones."""
+        if self.rows is None or self.deletion_vector is None:
+            return self.rows
+        return self.rows - self.deletion_vector.cardinality
+
+
+def has_deletion_vectors(table: DeltaTable) -> bool:
+    """Whether the loaded version's protocol enables deletion vectors: else no file has one."""
+    return DELETION_VECTORS in (table.protocol().reader_features or ())
 
 
 def active_files(table: DeltaTable) -> list[ActiveFile]:
@@ -118,6 +135,14 @@ def active_files(table: DeltaTable) -> list[ActiveFile]:
             if c in columns
         ]
     ).to_pylist()
+    # delta-rs does not expose a file's deletion vector: our own replay of the log does.
+    dvs: dict[str, DeletionVector] = {}
+    if has_deletion_vectors(table):
+        location = normalize_location(table.table_uri)
+        for path, add in active_adds(location, table.version()).items():
+            dv = deletion_vector(add)
+            if dv is not None:
+                dvs[path] = dv
     # The log stores paths URL-encoded (Delta protocol, "Add File and Remove File").
     return [
         ActiveFile(
@@ -127,6 +152,7 @@ def active_files(table: DeltaTable) -> list[ActiveFile]:
             min_values=row.get("min") or {},
             max_values=row.get("max") or {},
             rows=row.get("num_records"),
+            deletion_vector=dvs.get(unquote(row["path"])),
         )
         for row in rows
     ]
@@ -199,6 +225,7 @@ __all__ = [
     "ActiveFile",
     "active_files",
     "check_supported",
+    "has_deletion_vectors",
     "history",
     "log_commits",
     "open_table",

@@ -10,37 +10,37 @@ without an epoch, which holds no rows of its own.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from etl.delta.layout import normalize_location, serialize_partition_value
+from etl.delta.layout import filesystem, normalize_location, serialize_partition_value
 from etl.delta.log import active_files, open_table
+from etl.delta.logfile import (
+    CHECKPOINT_FILE,
+    COMMIT_FILE,
+    CRC_FILE,
+    LOG_DIR,
+    log_entry,
+    log_versions,
+)
 from etl.delta.write import (
     STAGING_PREFIX,
     DataFile,
     Fence,
     commit_files,
-    filesystem,
     write_data_file,
 )
 
-LOG_DIR = "_delta_log"
 MAINTENANCE_META = "delta_barrier.maintenance"
 """commitInfo key of maintenance commits (value: ``compaction``)."""
-_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
-_CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
-_CRC_FILE = re.compile(r"^(\d{20})\.crc$")
 LOG_GRACE = timedelta(minutes=5)
 """How long a checkpoint must exist before the log entries it supersedes are deleted."""
 
@@ -64,50 +64,6 @@ class Referenced:
     latest_version: int = -1
 
 
-def _log_versions(fs: pafs.FileSystem, root: str) -> tuple[list[int], dict[int, float]]:
-    """(commit versions with a JSON entry, {checkpoint version: its file's mtime})."""
-    commits: list[int] = []
-    checkpoints: dict[int, float] = {}
-    for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}", allow_not_found=True)):
-        if match := _COMMIT_FILE.match(info.base_name):
-            commits.append(int(match.group(1)))
-        elif match := _CHECKPOINT_FILE.match(info.base_name):
-            mtime = info.mtime.timestamp() if info.mtime else 0.0
-            checkpoints[int(match.group(1))] = max(checkpoints.get(int(match.group(1)), 0.0), mtime)
-    return sorted(commits), checkpoints
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """One commit of the log: the files it adds and removes, and whether the version it
-    makes holds the same rows as the one before."""
-
-    files: tuple[tuple[str, str], ...]
-    """(``add`` or ``remove``, decoded path)."""
-    same_rows: bool
-    """Every file it adds or removes has dataChange false (compaction; Delta protocol, "Add
-    File and Remove File"), or it has none (a job's claim), and it changes no schema or
-    protocol."""
-
-
-def _entry(fs: pafs.FileSystem, root: str, version: int) -> _Entry:
-    with fs.open_input_stream(f"{root}/{LOG_DIR}/{version:020d}.json") as stream:
-        text = stream.read().decode()
-    files = []
-    data_change = False
-    other = False
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        action = json.loads(line)
-        other = other or "metaData" in action or "protocol" in action
-        for kind in ("add", "remove"):
-            if kind in action:
-                files.append((kind, unquote(action[kind]["path"])))
-                data_change = data_change or action[kind].get("dataChange", True) is not False
-    return _Entry(tuple(files), not data_change and not other)
-
-
 def same_rows_version(location: str, version: int) -> int:
     """The newest version from ``version`` on reached through commits that changed no row
     (compaction, a job's claim): it reads the same rows as ``version``, from fewer files.
@@ -119,7 +75,7 @@ def same_rows_version(location: str, version: int) -> int:
     fs, root = filesystem(location)
     while True:
         try:
-            entry = _entry(fs, root, version + 1)
+            entry = log_entry(fs, root, version + 1)
         except FileNotFoundError:
             return version
         if not entry.same_rows:
@@ -150,7 +106,7 @@ def referenced_files(location: str, keep_versions: Iterable[int], *, keep_from: 
         pending.clear()
     previous_kept = first in kept or first >= keep_from
     for version in range(first + 1, latest + 1):
-        entry = _entry(fs, root, version)
+        entry = log_entry(fs, root, version)
         for kind, path in entry.files:
             result.known.add(path)
             if kind == "add":
@@ -340,7 +296,7 @@ def log_upkeep(
     """
     location = normalize_location(location)
     fs, root = filesystem(location)
-    commits, checkpoints = _log_versions(fs, root)
+    commits, checkpoints = log_versions(fs, root)
     table = open_table(location, operation="checkpoint")  # loaded once: a long log is slow
     latest = table.version()
     keep_from = max(0, min(keep_from_version, latest))
@@ -355,7 +311,7 @@ def log_upkeep(
     if latest not in checkpoints or old:
         table.create_checkpoint()
         checkpointed = latest if latest not in checkpoints else None
-    _, checkpoints = _log_versions(fs, root)
+    _, checkpoints = log_versions(fs, root)
     settled = time.time() - grace.total_seconds()
     boundary = max(
         (v for v, mtime in checkpoints.items() if v <= keep_from and mtime <= settled),
@@ -366,9 +322,9 @@ def log_upkeep(
     if boundary is not None:
         for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}")):
             match = (
-                _COMMIT_FILE.match(info.base_name)
-                or _CHECKPOINT_FILE.match(info.base_name)
-                or _CRC_FILE.match(info.base_name)
+                COMMIT_FILE.match(info.base_name)
+                or CHECKPOINT_FILE.match(info.base_name)
+                or CRC_FILE.match(info.base_name)
             )
             if match and int(match.group(1)) < boundary:
                 names.append(info.path)
