@@ -35,10 +35,11 @@ from etl.errors import DeltaIOError, UnsupportedTableFeatureError
 EPOCH_COLUMN = "_epoch"
 """The column every row written by a job carries: the epoch it belongs to."""
 
-# Reader features a plain Parquet scan of the active files reads correctly (Delta
-# protocol, "Table Features"): timestampNtz only adds a type Spark reads natively;
-# vacuumProtocolCheck only constrains VACUUM.
-SUPPORTED_READER_FEATURES = frozenset({"timestampNtz", "vacuumProtocolCheck"})
+# Reader features we read correctly (Delta protocol, "Table Features"): timestampNtz only
+# adds a type Spark reads natively; vacuumProtocolCheck only constrains VACUUM;
+# deletionVectors are applied by every read (etl.delta.read.scan), kept by merges,
+# compaction, vacuum and RESTORE.
+SUPPORTED_READER_FEATURES = frozenset({DELETION_VECTORS, "timestampNtz", "vacuumProtocolCheck"})
 
 
 _MAX_READER_VERSION = 3

@@ -28,9 +28,15 @@ from etl.delta.layout import (
     hive_directory,
     normalize_location,
     serialize_partition_value,
-    spark_location,
 )
-from etl.delta.log import EPOCH_COLUMN, ActiveFile, active_files, check_supported, open_table
+from etl.delta.log import (
+    EPOCH_COLUMN,
+    ActiveFile,
+    active_files,
+    check_supported,
+    has_deletion_vectors,
+    open_table,
+)
 from etl.errors import DeltaIOError
 
 if TYPE_CHECKING:
@@ -121,9 +127,13 @@ def spark_file_uri(spark: SparkSession, path: str) -> str:
     """The URI Spark's ``_metadata.file_path`` gives for the file at ``path`` (a qualified
     Hadoop path, URL-encoded): the inverse of :func:`~etl.delta.layout.spark_file_path`."""
     jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(spark_location(path))
-    file_system = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    return file_system.makeQualified(hadoop_path).toUri().toString()
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop = jvm.org.apache.hadoop.fs
+    if path.startswith("/"):
+        # Spark lists a local file as file:/path (no authority), quoted as java.net.URI does.
+        return jvm.java.net.URI("file", None, path, None).toString()
+    hadoop_path = hadoop.Path(path)
+    return hadoop_path.getFileSystem(conf).makeQualified(hadoop_path).toUri().toString()
 
 
 def _scan(
@@ -277,6 +287,19 @@ def read_arrow(
         else None
     )
     try:
+        if has_deletion_vectors(table):
+            # delta-rs' pyarrow dataset refuses deletion vectors; its DataFusion scan
+            # applies them.
+            predicate = (
+                None
+                if filter_epochs is None
+                else f'"{EPOCH_COLUMN}" >= {int(filter_epochs[0])} '
+                f'AND "{EPOCH_COLUMN}" <= {int(filter_epochs[1])}'
+            )
+            reader = table.scan(
+                columns=list(columns) if columns is not None else None, predicate=predicate
+            )
+            return pa.RecordBatchReader.from_stream(reader).read_all()
         return table.to_pyarrow_table(
             columns=list(columns) if columns is not None else None, filters=filters
         )
