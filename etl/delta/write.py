@@ -922,7 +922,7 @@ def _commit_own(
         {
             "add": {
                 # The log stores paths URL-encoded (Delta protocol, "Add File and Remove File").
-                "path": quote(f.path, safe="/"),
+                "path": quote(f.path, safe="/="),
                 "partitionValues": dict(f.partition_values),
                 "size": f.size,
                 "modificationTime": f.modification_time,
