@@ -60,6 +60,7 @@ from etl.delta.layout import (
     written_partition_values,
 )
 from etl.delta.log import (
+    ActiveFile,
     active_files,
     check_supported,
     has_deletion_vectors,
@@ -508,10 +509,14 @@ def _check_schema(table: DeltaTable, location: str, schema: pa.Schema) -> None:
 
 
 def _remove_actions(
-    table: DeltaTable, location: str, removes: Sequence[DataFile | str], *, data_change: bool
+    table: DeltaTable,
+    location: str,
+    removes: Sequence[DataFile | ActiveFile | str],
+    *,
+    data_change: bool,
 ) -> list[RemoveAction]:
     current = {f.path: f for f in active_files(table)}
-    paths = [remove if isinstance(remove, str) else remove.path for remove in removes]
+    paths = [_path_of(remove) for remove in removes]
     missing = [path for path in paths if path not in current]
     if missing:
         # Another commit removed them since the caller read the table: committing now
@@ -663,7 +668,7 @@ def commit_files(
     fence: Fence,
     metadata: Mapping[str, str | int | bool],
     partition_by: Sequence[str] = (),
-    removes: Sequence[DataFile | str] = (),
+    removes: Sequence[DataFile | ActiveFile | str] = (),
     deletes: Sequence[DeletedRows] = (),
     data_change: bool = True,
     deletion_vectors: bool = False,
@@ -673,9 +678,10 @@ def commit_files(
     The first commit creates the table with ``schema`` and ``partition_by`` (with
     ``deletion_vectors``, with the ``deletionVectors`` table feature: protocol 3/7, and
     ``delta.enableDeletionVectors``). ``overwrite`` removes every current file;
-    ``removes`` (paths or DataFiles) are removed in the same commit (copy-on-write) and
-    must all still be in the version committed on, else CommitConflictError (the caller
-    re-plans from the new version). ``deletes`` give files new deletion vectors (a
+    ``removes`` (paths, DataFiles, or ActiveFiles, whose deletion vector must be
+    unchanged too) are removed in the same commit (copy-on-write) and must all still be in
+    the version committed on, else CommitConflictError (the caller re-plans from the new
+    version). ``deletes`` give files new deletion vectors (a
     merge-on-read merge): each file must still have the DV it was planned on, else
     CommitConflictError. ``metadata`` goes into commitInfo with the job, its generation and
     a commit id. ``data_change=False`` marks every add and remove as a rearrangement of
@@ -840,7 +846,7 @@ def _creation_actions(schema: pa.Schema, partition_by: Sequence[str]) -> list[di
 def _file_actions(
     location: str,
     version: int,
-    removes: Sequence[DataFile | str],
+    removes: Sequence[DataFile | ActiveFile | str],
     deletes: Sequence[DeletedRows],
     *,
     data_change: bool,
@@ -848,12 +854,17 @@ def _file_actions(
     """remove (and re-add) actions on the files of ``version``; CommitConflictError when a
     file is gone or its deletion vector is not the one the commit was planned on."""
     current = active_adds(location, version)
-    paths = [remove if isinstance(remove, str) else remove.path for remove in removes]
+    paths = [_path_of(remove) for remove in removes]
     missing = [path for path in [*paths, *(d.path for d in deletes)] if path not in current]
+    # A file read with one deletion vector must not be removed or given a new DV on
+    # top of another: the rows deleted meanwhile would come back, or be lost.
+    planned = [(d.path, d.old) for d in deletes] + [
+        (r.path, r.deletion_vector) for r in removes if isinstance(r, ActiveFile)
+    ]
     changed = [
-        d.path
-        for d in deletes
-        if d.path in current and _dv_id(deletion_vector(current[d.path])) != _dv_id(d.old)
+        path
+        for path, dv in planned
+        if path in current and _dv_id(deletion_vector(current[path])) != _dv_id(dv)
     ]
     if missing or changed:
         # Another commit removed them or deleted rows of them since the caller read the
@@ -889,6 +900,10 @@ def _file_actions(
             {"add": {**add, "dataChange": True, "deletionVector": deleted.new.to_json()}}
         )
     return actions
+
+
+def _path_of(remove: DataFile | ActiveFile | str) -> str:
+    return remove if isinstance(remove, str) else remove.path
 
 
 def _dv_id(dv: DeletionVector | None) -> str | None:

@@ -30,6 +30,15 @@ from etl.delta import logfile
 from etl.delta.dv import read_rows
 from etl.delta.layout import filesystem
 from etl.delta.logfile import commit_actions
+from etl.delta.maintenance import (
+    commit_rewrite,
+    delete_paths,
+    plan_compaction,
+    referenced_files,
+    rewrite_small_files,
+    same_rows_version,
+    stored_files,
+)
 from etl.errors import CommitConflictError
 
 pytestmark = pytest.mark.spark
@@ -305,3 +314,75 @@ def test_restore_to_before_a_deletion_vector_merge_gives_that_versions_rows(spar
     restored = restore_table(location, to_version=base, planned_at=restored, fence=FENCE, metadata={})
     assert _ours(spark, location) == _ours(spark, location, base)
     assert _state(pa.table(DeltaTable(location).scan().read_all())) == _ours(spark, location, base)
+
+
+def _live(location: str) -> list:
+    return active_files(open_table(location))
+
+
+def test_compaction_purges_deletion_vectors_and_keeps_the_rows(spark, tmp_path):
+    location = str(tmp_path / "t")
+    base = _table(spark, location, files=3)
+    (victim, *_) = sorted(_live(location), key=lambda f: f.path)
+    ids = pq.read_table(f"{location}/{victim.path}", columns=["id"]).column("id").to_pylist()
+    heavy = ids[: len(ids) // 3 + 1]  # over DV_PURGE_SHARE of the file
+    merged = _merge_commit(spark, location, base, _rows(heavy, 2), 2)
+    before = _ours(spark, location)
+    plan = plan_compaction(location, small_file_bytes=0)
+    assert [[f.path for f in group] for group in plan.groups] == [[victim.path]]
+    rewrite = rewrite_small_files(location, plan)
+    compacted = commit_rewrite(rewrite, fence=FENCE)
+    assert compacted == merged + 1
+    files = _live(location)
+    assert victim.path not in {f.path for f in files}
+    assert sum(f.rows for f in files) == len(before)  # the deleted rows are gone for good
+    assert _ours(spark, location) == before
+    for name, rows in _others(location).items():
+        assert rows == before, name
+    assert same_rows_version(location, merged) == compacted
+    # Compaction that planned on a DV a merge has replaced since: refused, nothing lost.
+    stale = plan_compaction(location, small_file_bytes=1 << 30, min_files=1)
+    again = _merge_commit(spark, location, compacted, _rows([ids[-1]], 3), 3)
+    with pytest.raises(CommitConflictError):
+        commit_rewrite(rewrite_small_files(location, stale), fence=FENCE)
+    assert open_table(location).version() == again
+
+
+def test_vacuum_keeps_the_deletion_vector_files_kept_versions_need(spark, tmp_path):
+    location = str(tmp_path / "t")
+    base = _table(spark, location, files=2)
+    (one, *_) = _live(location)
+    a = pq.read_table(f"{location}/{one.path}", columns=["id"]).column("id").to_pylist()
+    # Both merges touch one base file (and the second the first's new file).
+    first = _merge_commit(spark, location, base, _rows([a[0], a[1]], 2), 2)
+    second = _merge_commit(spark, location, first, _rows([a[0], a[2]], 3), 3)
+    dv_files = {p.name for p in (tmp_path / "t").glob("deletion_vector_*.bin")}
+    assert len(dv_files) == 2
+    assert dv_files <= {f.path for f in stored_files(location)}
+    expected = {v: _ours(spark, location, v) for v in (base, first, second)}
+
+    # Keeping the first merge's version: its DV file is needed, as is the latest's.
+    refs = referenced_files(location, {first}, keep_from=second)
+    assert dv_files <= refs.needed
+    # Keeping only the latest: the first merge's DV file is replaced (the union is in the
+    # second), known and not needed, so vacuum deletes it; the second's stays.
+    refs = referenced_files(location, set(), keep_from=second)
+    current = {f.deletion_vector.relative_path() for f in _live(location) if f.deletion_vector}
+    assert current <= refs.needed and len(current) == 1
+    (stale,) = dv_files - current
+    # (Removed before the oldest kept version: vacuum deletes it as an orphan, by age.)
+    assert stale not in refs.needed
+    # Replayed from an older kept version, it is known (referenced, then replaced) and
+    # not needed by any kept version: vacuum deletes it like a removed data file.
+    replayed = referenced_files(location, {base}, keep_from=second)
+    assert stale in replayed.known and stale not in replayed.needed
+    assert current <= replayed.needed
+    doomed = [f.path for f in stored_files(location) if f.path not in refs.needed]
+    assert stale in doomed and not current & set(doomed)
+    delete_paths(location, doomed)
+    assert _ours(spark, location) == expected[second]
+    assert _state(pa.table(DeltaTable(location).scan().read_all())) == expected[second]
+    # Without the kept DV file the deleted rows would come back: reads fail instead.
+    os.rename(f"{location}/{next(iter(current))}", f"{location}/moved.bin")
+    with pytest.raises(Exception):  # noqa: B017 - any reader error; never stale rows
+        _ours(spark, location)
