@@ -91,7 +91,7 @@ def merge_files(
     partition_by: Sequence[str] = (),
     file_prefix: str,
     check_unique_keys: bool = True,
-    rewrite_all_bytes: int = REWRITE_ALL_BYTES,
+    rewrite_all_bytes: int | None = None,
     collect_rows: int = SMALL_OUTPUT_ROWS,
     strategy: MergeStrategy = "deletion-vectors",
 ) -> MergeWrite:
@@ -109,7 +109,8 @@ def merge_files(
     (commit both with :func:`commit_files`, ``removes=``) and how many rows ``updates``
     held; nothing at all when ``updates`` is empty.
 
-    When the table's files hold at most ``rewrite_all_bytes``, fewer than ``collect_rows``
+    When the table's files hold at most ``rewrite_all_bytes`` (default
+    :data:`REWRITE_ALL_BYTES`), fewer than ``collect_rows``
     rows by the log's statistics, and the result at most ``collect_rows`` rows, every file
     is replaced, in one Spark job collected to the driver
     (:func:`etl.delta.write.write_arrow`). Otherwise only the files holding a key of
@@ -123,6 +124,8 @@ def merge_files(
     insert.
     """
     location = normalize_location(location)
+    if rewrite_all_bytes is None:
+        rewrite_all_bytes = REWRITE_ALL_BYTES
     table = open_table(location, version=version, operation="merge")
     check_supported(table, location)
     schema = spark_schema(table)
