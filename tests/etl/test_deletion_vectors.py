@@ -19,6 +19,7 @@ from etl.delta import (
     Fence,
     active_files,
     commit_files,
+    logfile,
     merge_files,
     open_table,
     read_arrow,
@@ -26,7 +27,6 @@ from etl.delta import (
     restore_table,
     write_files,
 )
-from etl.delta import logfile
 from etl.delta.dv import read_rows
 from etl.delta.layout import filesystem
 from etl.delta.logfile import commit_actions
@@ -98,7 +98,8 @@ def _merge_commit(spark, location, version, rows, epoch, *, partition_by=()):
 
 
 def _state(table: pa.Table) -> list[tuple]:
-    return sorted(zip(*[table.column(c).to_pylist() for c in ("id", "v", "part", "_epoch")]))
+    columns = [table.column(c).to_pylist() for c in ("id", "v", "part", "_epoch")]
+    return sorted(zip(*columns, strict=True))
 
 
 def _ours(spark, location, version=None) -> list[tuple]:
@@ -126,9 +127,7 @@ def _others(location: str) -> dict[str, list[tuple]]:
     }
 
 
-def test_a_merge_deletes_updated_rows_by_deletion_vectors_and_every_reader_agrees(
-    spark, tmp_path
-):
+def test_a_merge_deletes_updated_rows_by_deletion_vectors_and_every_reader_agrees(spark, tmp_path):
     location = str(tmp_path / "t")
     base = _table(spark, location)
     table = open_table(location)
@@ -152,9 +151,11 @@ def test_a_merge_deletes_updated_rows_by_deletion_vectors_and_every_reader_agree
     assert physical <= {f.path for f in files}
     deleted = [f for f in files if f.deletion_vector is not None]
     assert sum(f.deletion_vector.cardinality for f in deleted) == 3
-    raw = pa.concat_tables(
-        [pq.read_table(f"{location}/{f.path}", columns=["id"]) for f in files]
-    ).column("id").to_pylist()
+    raw = (
+        pa.concat_tables([pq.read_table(f"{location}/{f.path}", columns=["id"]) for f in files])
+        .column("id")
+        .to_pylist()
+    )
     assert sorted(i for i in raw if i in (5, 150, 299)) == [5, 5, 150, 150, 299, 299]
     fs, root = filesystem(location)
     for f in deleted:
@@ -173,9 +174,7 @@ def test_a_merge_deletes_updated_rows_by_deletion_vectors_and_every_reader_agree
     assert version == base + 1
 
 
-def test_successive_merges_union_deletion_vectors_and_every_version_reads_its_rows(
-    spark, tmp_path
-):
+def test_successive_merges_union_deletion_vectors_and_every_version_reads_its_rows(spark, tmp_path):
     location = str(tmp_path / "t")
     versions = [_table(spark, location, partition_by=["part"])]
     expected = [{r[0]: r for r in _rows(range(300), 1)}]
@@ -291,7 +290,8 @@ def test_concurrent_merges_into_different_files_both_land(spark, tmp_path):
             results.append(exc)
 
     threads = [
-        threading.Thread(target=run, args=(u, m, e)) for e, (u, m) in zip((2, 3), planned, strict=True)
+        threading.Thread(target=run, args=(u, m, e))
+        for e, (u, m) in zip((2, 3), planned, strict=True)
     ]
     for thread in threads:
         thread.start()
@@ -308,10 +308,14 @@ def test_restore_to_before_a_deletion_vector_merge_gives_that_versions_rows(spar
     merged = _merge_commit(spark, location, base, _rows([1, 2], 2), 2)
     again = _merge_commit(spark, location, merged, _rows([1, 3], 3), 3)
     before = _ours(spark, location, merged)
-    restored = restore_table(location, to_version=merged, planned_at=again, fence=FENCE, metadata={})
+    restored = restore_table(
+        location, to_version=merged, planned_at=again, fence=FENCE, metadata={}
+    )
     assert _ours(spark, location) == before
     assert _state(pa.table(DeltaTable(location).scan().read_all())) == before
-    restored = restore_table(location, to_version=base, planned_at=restored, fence=FENCE, metadata={})
+    restored = restore_table(
+        location, to_version=base, planned_at=restored, fence=FENCE, metadata={}
+    )
     assert _ours(spark, location) == _ours(spark, location, base)
     assert _state(pa.table(DeltaTable(location).scan().read_all())) == _ours(spark, location, base)
 

@@ -281,7 +281,9 @@ def test_merge_jobs_by_deletion_vectors_or_copy_on_write(tmp_path, spark, monkey
     env = Env(tmp_path, spark, pipeline)
     env.drop([{"id": i, "customer": f"c{i}", "amount": 1.0} for i in range(20)])
     assert env.runner.run_once().ok
-    env.drop([{"id": 3, "customer": "x", "amount": 2.0}, {"id": 30, "customer": "y", "amount": 2.0}])
+    env.drop(
+        [{"id": 3, "customer": "x", "amount": 2.0}, {"id": 30, "customer": "y", "amount": 2.0}]
+    )
     assert env.runner.run_once().ok
     env.drop([{"id": 3, "customer": "z", "amount": 3.0}, {"id": 4, "customer": "z", "amount": 3.0}])
     assert env.runner.run_once().ok
