@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from datetime import date
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 import pyarrow.fs as pafs
 
@@ -119,6 +119,19 @@ def spark_location(location: str) -> str:
     return f"file://{location}" if location.startswith("/") else location
 
 
+# The characters delta-rs percent-encodes in a log path (besides control characters and
+# non-ASCII bytes): readers such as delta-rs and DuckDB identify a logical file by the
+# path string of its actions, so a remove must spell a path exactly as its add did.
+_LOG_PATH_ENCODED = frozenset('\\{^}%`]">[<#|*?')
+_LOG_PATH_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) not in _LOG_PATH_ENCODED)
+
+
+def log_path(path: str) -> str:
+    """A file's path as the Delta log stores it (URL-encoded; Delta protocol, "Add File
+    and Remove File"), encoded exactly as delta-rs encodes it."""
+    return quote(path, safe=_LOG_PATH_SAFE)
+
+
 def has_scheme(path: str) -> bool:
     """True for a URI (``s3://...``, ``file:...``), False for a plain path."""
     return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path) is not None
@@ -132,6 +145,7 @@ __all__ = [
     "filesystem",
     "has_scheme",
     "hive_directory",
+    "log_path",
     "normalize_location",
     "serialize_partition_value",
     "spark_file_path",

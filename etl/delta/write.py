@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, get_args
-from urllib.parse import quote
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -54,6 +54,7 @@ from etl.delta.layout import (
     PARTITION_TYPES,
     filesystem,
     hive_directory,
+    log_path,
     normalize_location,
     serialize_partition_value,
     spark_location,
@@ -875,31 +876,49 @@ def _file_actions(
             f"{missing + changed} (current version {version})",
         )
     now = int(time.time() * 1000)
-
-    def remove(add: Mapping[str, Any], change: bool) -> dict:
-        # The remove names the logical file: its path and its deletion vector, if any
-        # (Delta protocol, "Deletion Vectors").
-        body: dict[str, Any] = {
-            "path": add["path"],
-            "deletionTimestamp": now,
-            "dataChange": change,
-            "extendedFileMetadata": True,
-            "partitionValues": add.get("partitionValues") or {},
-            "size": add.get("size"),
-        }
-        if add.get("deletionVector"):
-            body["deletionVector"] = add["deletionVector"]
-        return {"remove": body}
-
-    actions = [remove(current[path], data_change) for path in paths]
+    actions = [_remove_json(current[path], data_change, now) for path in paths]
     for deleted in deletes:
         add = current[deleted.path]
-        actions.append(remove(add, True))
+        actions.append(_remove_json(add, True, now))
         # The same file with its new DV; statistics stay those of the physical file.
         actions.append(
             {"add": {**add, "dataChange": True, "deletionVector": deleted.new.to_json()}}
         )
     return actions
+
+
+def _remove_json(add: Mapping[str, Any], data_change: bool, now: int) -> dict:
+    """The remove of the logical file an ``add`` action made: its path and its deletion
+    vector, if any (Delta protocol, "Deletion Vectors")."""
+    body: dict[str, Any] = {
+        "path": add["path"],
+        "deletionTimestamp": now,
+        "dataChange": data_change,
+        "extendedFileMetadata": True,
+        "partitionValues": add.get("partitionValues") or {},
+        "size": add.get("size"),
+    }
+    if add.get("deletionVector"):
+        body["deletionVector"] = add["deletionVector"]
+    return {"remove": body}
+
+
+def _restore_actions(location: str, to_version: int, planned_at: int) -> list[dict]:
+    """The actions of a RESTORE of ``to_version`` on top of ``planned_at``: remove every
+    logical file (path and deletion vector) the target does not have, add back every one
+    it has and the current version does not. delta-rs' RESTORE re-adds a file whose
+    deletion vector changed since the target without any DV, which brings deleted rows
+    back."""
+    target = {_logical(a): a for a in active_adds(location, to_version).values()}
+    current = {_logical(a): a for a in active_adds(location, planned_at).values()}
+    now = int(time.time() * 1000)
+    return [_remove_json(a, True, now) for k, a in current.items() if k not in target] + [
+        {"add": {**a, "dataChange": True}} for k, a in target.items() if k not in current
+    ]
+
+
+def _logical(add: Mapping[str, Any]) -> tuple[str, str | None]:
+    return unquote(add["path"]), _dv_id(deletion_vector(add))
 
 
 def _path_of(remove: DataFile | ActiveFile | str) -> str:
@@ -920,6 +939,7 @@ def _commit_own(
     fence: Fence,
     custom: Mapping[str, Any],
     operation: str,
+    parameters: Mapping[str, Any] | None = None,
 ) -> None:
     """Write log entry ``version``: commitInfo (with ``custom`` and the fence's job and
     generation, as :func:`_properties` gives delta-rs), ``actions``, the adds of ``files``
@@ -927,7 +947,7 @@ def _commit_own(
     commit_info = {
         "timestamp": int(time.time() * 1000),
         "operation": operation,
-        "operationParameters": {"mode": "Append"},
+        "operationParameters": dict(parameters or {"mode": "Append"}),
         "clientVersion": "delta-barrier",
         **custom,
         META_JOB: fence.job,
@@ -936,8 +956,7 @@ def _commit_own(
     adds = [
         {
             "add": {
-                # The log stores paths URL-encoded (Delta protocol, "Add File and Remove File").
-                "path": quote(f.path, safe="/="),
+                "path": log_path(f.path),
                 "partitionValues": dict(f.partition_values),
                 "size": f.size,
                 "modificationTime": f.modification_time,
@@ -972,7 +991,9 @@ def restore_table(
     ``metadata`` in its commitInfo. ``to_version=None`` rolls back to empty (before version
     0, which RESTORE cannot reach): an overwrite commit that removes every file, marked
     with ``restored_to = BEFORE_FIRST_VERSION`` for :func:`~etl.delta.log.log_commits`.
-    Restoring the current version commits nothing. A RESTORE keeps app transactions.
+    Restoring the current version commits nothing. A RESTORE keeps app transactions. On a
+    table with deletion vectors the RESTORE commit is our own (:func:`_restore_actions`):
+    delta-rs' would drop the deletion vector of a file whose DV changed since the target.
     """
     location = normalize_location(location)
     table = open_table(location, version=planned_at, operation="restore")
@@ -996,6 +1017,30 @@ def restore_table(
                 partition_by=list(table.metadata().partition_columns) or None,
                 commit_properties=_properties(fence, custom),
             )
+        elif has_deletion_vectors(table):
+            if (
+                open_table(location, version=to_version).schema().to_json()
+                != table.schema().to_json()
+            ):
+                raise DeltaIOError(
+                    table=location,
+                    operation="restore",
+                    reason=f"the schema changed since version {to_version}",
+                )
+            try:
+                _commit_own(
+                    location,
+                    version=planned_at + 1,
+                    actions=_restore_actions(location, to_version, planned_at),
+                    files=(),
+                    data_change=True,
+                    fence=fence,
+                    custom=custom,
+                    operation="RESTORE",
+                    parameters={"version": to_version},
+                )
+            except FileExistsError as exc:
+                raise CommitFailedError(str(exc)) from exc
         else:
             table.restore(to_version, commit_properties=_properties(fence, custom))
     except CommitFailedError as exc:
@@ -1004,7 +1049,7 @@ def restore_table(
             reason=f"the table moved past version {planned_at}, which the rollback was "
             "planned from",
         ) from exc
-    except DeltaError as exc:
+    except (DeltaError, OSError) as exc:
         raise DeltaIOError(table=location, operation="restore", reason=str(exc)) from exc
     return planned_at + 1
 
