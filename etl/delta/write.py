@@ -717,7 +717,9 @@ def commit_files(
                 table=location, reason="there is no table to remove files from"
             )
         try:
-            if deletion_vectors:
+            # Our own log writer's put-if-absent is the local file system's: tables on
+            # object stores are created without deletion vectors (merges copy on write).
+            if deletion_vectors and location.startswith("/"):
                 _commit_own(
                     location,
                     version=0,
