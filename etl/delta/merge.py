@@ -294,9 +294,12 @@ class _Merge:
         written as new files: rows rewritten are the updates only.
 
         One Spark job finds the (file, row index) of each row to delete: a scan of the
-        files whose key statistics may hold an update key (deletion vectors applied),
-        semi-joined with the update keys, broadcast; only those pairs reach the driver.
-        One DV file holds, for each touched file, its old deleted rows and the new ones.
+        files whose key statistics may hold an update key, semi-joined with the update
+        keys, broadcast; only those pairs reach the driver. The scan reads physical rows:
+        a row an old deletion vector deletes may match too, which the union with the old
+        DV absorbs (a file matched only by such rows keeps its DV), so the table's rows
+        are never joined with its deleted ones. One DV file holds, for each touched file,
+        its old deleted rows and the new ones.
         """
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
@@ -324,6 +327,7 @@ class _Merge:
                         candidates,
                         with_file_path=True,
                         with_row_index=True,
+                        deletion_vectors=False,
                     )
                     .join(update_keys, on=self.keys, how="left_semi")
                     .select(FILE_PATH_COLUMN, ROW_INDEX_COLUMN)
@@ -348,15 +352,17 @@ class _Merge:
                 operation="merge",
                 reason=f"Spark read files the log does not list: {unknown}",
             )
-        touched = [by_path[path] for path in sorted(hits)]
+        matched = [by_path[path] for path in sorted(hits)]
         fs, root = filesystem(self.location)
-        old = read_many(fs, root, [f.deletion_vector for f in touched if f.deletion_vector])
-        before = iter(old)
-        row_sets = [
-            set(hits[absolute_path(self.location, f.path)])
-            | (set(next(before)) if f.deletion_vector else set())
-            for f in touched
-        ]
+        old = iter(read_many(fs, root, [f.deletion_vector for f in matched if f.deletion_vector]))
+        touched: list[ActiveFile] = []
+        row_sets: list[set[int]] = []
+        for file in matched:
+            deleted = set(next(old)) if file.deletion_vector else set()
+            rows_hit = set(hits[absolute_path(self.location, file.path)])
+            if not rows_hit <= deleted:
+                touched.append(file)
+                row_sets.append(deleted | rows_hit)
         new = write_dv_file(fs, root, row_sets)
         deletes = [
             DeletedRows(path=f.path, old=f.deletion_vector, new=dv)

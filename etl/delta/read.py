@@ -64,9 +64,11 @@ def scan(
     *,
     with_file_path: bool = False,
     with_row_index: bool = False,
+    deletion_vectors: bool = True,
 ) -> DataFrame:
     """A DataFrame over ``files`` with the table's schema (names, types, order), without
-    the rows their deletion vectors delete.
+    the rows their deletion vectors delete (with ``deletion_vectors=False``: the files'
+    physical rows, for a caller that drops the deleted ones itself).
 
     With ``with_file_path`` a trailing string column :data:`FILE_PATH_COLUMN` holds the
     URI Spark read each row from; with ``with_row_index``, :data:`ROW_INDEX_COLUMN` its
@@ -80,7 +82,7 @@ def scan(
     from pyspark.sql import functions as F
 
     deleting = [f for f in files if f.deletion_vector is not None]
-    if not deleting:
+    if not deleting or not deletion_vectors:
         return _scan(spark, location, table, files, with_file_path, with_row_index)
     plain = [f for f in files if f.deletion_vector is None]
     deleted = _deleted_rows(spark, location, deleting)
