@@ -105,8 +105,8 @@ def referenced_files(location: str, keep_versions: Iterable[int], *, keep_from: 
     base = open_table(location, version=first, operation="vacuum")
     active: dict[str, str | None] = {}  # data file -> its DV file
     for file in active_files(base):
-        dv = file.deletion_vector
-        active[file.path] = None if dv is None else dv.relative_path()
+        descriptor = file.deletion_vector
+        active[file.path] = None if descriptor is None else descriptor.relative_path()
     result.known |= set(active) | {dv for dv in active.values() if dv}
     pending = set(active) | {dv for dv in active.values() if dv}  # not yet marked needed
     previous_kept = first in kept or first >= keep_from
@@ -234,7 +234,10 @@ def plan_compaction(
 
 def _mostly_deleted(file: ActiveFile) -> bool:
     dv = file.deletion_vector
-    return dv is not None and bool(file.rows) and dv.cardinality >= DV_PURGE_SHARE * file.rows
+    rows = file.rows
+    return (
+        dv is not None and rows is not None and rows > 0 and dv.cardinality >= DV_PURGE_SHARE * rows
+    )
 
 
 @dataclass(frozen=True)

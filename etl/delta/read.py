@@ -129,6 +129,7 @@ def spark_file_uri(spark: SparkSession, path: str) -> str:
     """The URI Spark's ``_metadata.file_path`` gives for the file at ``path`` (a qualified
     Hadoop path, URL-encoded): the inverse of :func:`~etl.delta.layout.spark_file_path`."""
     jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a classic (non-Connect) session
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     hadoop = jvm.org.apache.hadoop.fs
     if path.startswith("/"):
