@@ -13,13 +13,17 @@ warms the JVM up first):
 - merge job: the ``apply`` batch alone (from its start when the runner's engine can be
   observed, else from the end of the ``feed`` batch);
 - rows rewritten: rows of the files the epoch's commit added to ``state`` (a copy-on-write
-  merge rewrites every file holding a touched key).
+  merge rewrites every file holding a touched key; a deletion-vector merge writes only
+  the updates);
+- DV rows: rows the epoch's deletion vectors newly delete (0 for copy-on-write).
 
-Reported: the medians per size and the ratio largest / smallest (target <= 3 for
-10M / 100k).
+Reported: the medians per size and strategy and the ratio largest / smallest (target <= 3
+for 10M / 100k).
 
 Run: ``python -m bench merge_scaling``. ``DB_BENCH_MERGE_SIZES`` (default
-``100000,1000000,10000000``), ``DB_BENCH_MERGE_KEYS`` (1000), ``DB_BENCH_MERGE_EPOCHS`` (5).
+``100000,1000000,10000000``), ``DB_BENCH_MERGE_KEYS`` (1000), ``DB_BENCH_MERGE_EPOCHS`` (5),
+``DB_BENCH_MERGE_STRATEGIES`` (the job's ``merge_strategy``, comma-separated, each run in
+turn in one session; default ``deletion-vectors``).
 """
 
 from __future__ import annotations
@@ -58,27 +62,23 @@ def _write_parquet(directory: Path, name: str, ids, seed: int) -> None:
     os.replace(hidden, directory / name)
 
 
-def _state_files(location: str) -> dict[str, tuple[int, int]]:
-    """path -> (bytes, rows) of the table's active files."""
-    import pyarrow as pa
-    from deltalake import DeltaTable
+def _state_files(location: str) -> dict[str, tuple[int, int, int]]:
+    """path -> (bytes, rows, rows its deletion vector deletes) of the table's active files."""
+    from etl.delta import active_files, open_table
 
-    actions = pa.table(DeltaTable(location).get_add_actions(flatten=True))
-    columns = actions.column_names
-    rows = actions.column("num_records").to_pylist() if "num_records" in columns else None
     return {
-        path: (size, rows[i] if rows else 0)
-        for i, (path, size) in enumerate(
-            zip(
-                actions.column("path").to_pylist(),
-                actions.column("size_bytes").to_pylist(),
-                strict=True,
-            )
+        f.path: (
+            f.size,
+            f.rows or 0,
+            f.deletion_vector.cardinality if f.deletion_vector is not None else 0,
         )
+        for f in active_files(open_table(location))
     }
 
 
-def _measure(spark, size: int, keys: int, epochs: int, *, quiet: bool = False) -> dict[str, float]:
+def _measure(
+    spark, size: int, keys: int, epochs: int, *, strategy: str, quiet: bool = False
+) -> dict[str, float]:
     import numpy as np
 
     from catalog import load_catalog
@@ -102,6 +102,7 @@ def _measure(spark, size: int, keys: int, epochs: int, *, quiet: bool = False) -
             inputs=["updates"],
             mode="merge",
             keys=["id"],
+            merge_strategy=strategy,
         )
         catalog = load_catalog(None, warehouse=warehouse)
         log = BatchLog()
@@ -128,12 +129,13 @@ def _measure(spark, size: int, keys: int, epochs: int, *, quiet: bool = False) -
             files = _state_files(location)
             print(
                 f"{'(warm-up)' if quiet else '':9} {size:>11,} rows: built in {build:6.1f} s, {len(files)} file(s), "
-                f"{sum(b for b, _ in files.values()) / 1e6:.1f} MB",
+                f"{sum(b for b, _, _ in files.values()) / 1e6:.1f} MB ({strategy})",
                 flush=True,
             )
             whole: list[float] = []
             merge: list[float] = []
             rewritten: list[int] = []
+            deleted: list[int] = []
             for seq in range(1, epochs + 2):
                 before = _state_files(location)
                 seconds = epoch(seq, rng.choice(size, size=keys, replace=False))
@@ -148,13 +150,18 @@ def _measure(spark, size: int, keys: int, epochs: int, *, quiet: bool = False) -
                 whole.append(seconds)
                 merge.append(merge_seconds)
                 rewritten.append(
-                    sum(rows for path, (_, rows) in after.items() if path not in before)
+                    sum(rows for path, (_, rows, _) in after.items() if path not in before)
+                )
+                deleted.append(
+                    sum(dv for _, _, dv in after.values())
+                    - sum(dv for path, (_, _, dv) in before.items() if path in after)
                 )
         catalog.close()
     return {
         "epoch": median(whole),
         "merge": median(merge),
         "rewritten": median(rewritten),
+        "deleted": median(deleted),
         "files": len(after),
     }
 
@@ -165,30 +172,37 @@ def main() -> None:
     sizes = env_ints("DB_BENCH_MERGE_SIZES", (100_000, 1_000_000, 10_000_000))
     keys = env_int("DB_BENCH_MERGE_KEYS", 1000)
     epochs = env_int("DB_BENCH_MERGE_EPOCHS", 5)
+    strategies = [
+        s.strip()
+        for s in os.environ.get("DB_BENCH_MERGE_STRATEGIES", "deletion-vectors").split(",")
+        if s.strip()
+    ]
     spark = build_spark(app_name="bench-merge-scaling", conf={"spark.ui.enabled": "false"})
     print(
         f"{keys} updated keys per epoch, median of {epochs} epochs after a warm-up; "
         f"{load_average()}"
     )
-    _measure(spark, min(sizes), keys, 1, quiet=True)  # warm-up: JIT, Python workers, file caches
-    results = {size: _measure(spark, size, keys, epochs) for size in sizes}
-    smallest = results[sizes[0]]
-    print(
-        f"{'rows':>12} {'epoch s':>8} {'merge s':>8} {'x smallest':>10} "
-        f"{'rows rewritten':>15} {'files':>6}"
-    )
-    for size, figures in results.items():
+    # Warm-up: JIT, Python workers, file caches.
+    _measure(spark, min(sizes), keys, 1, strategy=strategies[0], quiet=True)
+    for strategy in strategies:
+        results = {size: _measure(spark, size, keys, epochs, strategy=strategy) for size in sizes}
+        smallest = results[sizes[0]]
         print(
-            f"{size:>12,} {figures['epoch']:8.2f} {figures['merge']:8.2f} "
-            f"{figures['merge'] / smallest['merge']:10.2f} {figures['rewritten']:15,.0f} "
-            f"{figures['files']:6.0f}"
+            f"{'strategy':>16} {'rows':>12} {'epoch s':>8} {'merge s':>8} {'x smallest':>10} "
+            f"{'rows rewritten':>15} {'DV rows':>8} {'files':>6}"
         )
-    largest = sizes[-1]
-    print(
-        f"merge job {largest:,} / {sizes[0]:,} rows: "
-        f"{results[largest]['merge'] / smallest['merge']:.2f} (target <= 3); "
-        f"whole epoch {results[largest]['epoch'] / smallest['epoch']:.2f}; {load_average()}"
-    )
+        for size, figures in results.items():
+            print(
+                f"{strategy:>16} {size:>12,} {figures['epoch']:8.2f} {figures['merge']:8.2f} "
+                f"{figures['merge'] / smallest['merge']:10.2f} {figures['rewritten']:15,.0f} "
+                f"{figures['deleted']:8,.0f} {figures['files']:6.0f}"
+            )
+        largest = sizes[-1]
+        print(
+            f"{strategy}: merge job {largest:,} / {sizes[0]:,} rows: "
+            f"{results[largest]['merge'] / smallest['merge']:.2f} (target <= 3); "
+            f"whole epoch {results[largest]['epoch'] / smallest['epoch']:.2f}; {load_average()}"
+        )
 
 
 if __name__ == "__main__":

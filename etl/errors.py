@@ -16,6 +16,7 @@ __all__ = [
     "ExitCode",
     "DeltaBarrierError",
     "DeltaIOError",
+    "DeletionVectorFormatError",
     "DuplicateMergeKeyError",
     "EtlError",
     "ExpectationError",
@@ -79,6 +80,17 @@ class DeltaIOError(EtlError):
         self.operation = operation
         self.reason = reason
         super().__init__(f"{operation} of Delta table {table!r} failed: {reason}")
+
+
+class DeletionVectorFormatError(EtlError):
+    """Bytes or a descriptor that are not a deletion vector of the Delta protocol
+    ("Deletion Vector Format"); ``table`` is the table root when known."""
+
+    def __init__(self, reason: str, *, table: str | None = None):
+        self.reason = reason
+        self.table = table
+        where = f" of Delta table {table!r}" if table else ""
+        super().__init__(f"invalid deletion vector{where}: {reason}")
 
 
 class UnsupportedTableFeatureError(EtlError):

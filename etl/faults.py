@@ -32,6 +32,8 @@ FaultPoint = Literal[
     "after_restore",
     "after_slice_recorded",
     "before_commit",
+    "before_log_commit",
+    "after_log_commit",
     "after_commit",
     "after_processed",
     "between_micro_batches",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from catalog import JobSpec, TableSpec, WriteMode, validate_name
 from consistency.retention import Retention
+from etl.delta.merge import MERGE_STRATEGIES, MergeStrategy
 from etl.errors import PipelineDefinitionError
 from etl.sources.base import Source
 
@@ -86,6 +87,10 @@ class Job:
     partition_by: tuple[str, ...] = ()
     rejects: str | None = None
     """Table for records the source could not decode (source jobs; default <output>_rejects)."""
+    merge_strategy: MergeStrategy = field(default="deletion-vectors", kw_only=True)
+    """How a merge job replaces updated rows (:func:`etl.delta.merge_files`):
+    ``deletion-vectors`` (merge-on-read; its new table gets the Delta feature) or
+    ``copy-on-write`` (rewrites the files holding updated keys; plain protocol 1/2)."""
 
     def __post_init__(self) -> None:
         validate_name(self.name, kind="job")
@@ -93,6 +98,11 @@ class Job:
         if self.mode not in _WRITE_MODES:
             raise PipelineDefinitionError(
                 f"job {self.name!r}: unknown write mode {self.mode!r}; use one of {_WRITE_MODES}"
+            )
+        if self.merge_strategy not in MERGE_STRATEGIES:
+            raise PipelineDefinitionError(
+                f"job {self.name!r}: unknown merge_strategy {self.merge_strategy!r}; use one "
+                f"of {list(MERGE_STRATEGIES)}"
             )
         if self.mode == "merge" and not self.keys:
             raise PipelineDefinitionError(
@@ -168,6 +178,7 @@ class Pipeline:
         keys: Sequence[str] = (),
         partition_by: Sequence[str] = (),
         rejects: str | None = None,
+        merge_strategy: MergeStrategy = "deletion-vectors",
     ) -> Callable[[Transform], Transform]:
         """Decorator: declare a job whose transform is the decorated function."""
 
@@ -183,6 +194,7 @@ class Pipeline:
                     keys=tuple(keys),
                     partition_by=tuple(partition_by),
                     rejects=rejects,
+                    merge_strategy=merge_strategy,
                 )
             )
             return fn
@@ -199,6 +211,7 @@ class Pipeline:
         mode: WriteMode = "append",
         keys: Sequence[str] = (),
         partition_by: Sequence[str] = (),
+        merge_strategy: MergeStrategy = "deletion-vectors",
     ) -> Job:
         """Declare a job whose transform is a SQL statement over its inputs' names."""
         return self.add(
@@ -210,6 +223,7 @@ class Pipeline:
                 mode=mode,
                 keys=tuple(keys),
                 partition_by=tuple(partition_by),
+                merge_strategy=merge_strategy,
             )
         )
 

@@ -2,7 +2,8 @@
 rows collected as Arrow), the driver commits them via delta-rs.
 
 Tables stay plain Delta (protocol reader 1 / writer 2 unless the caller's data needs more,
-e.g. timestampNtz), readable by any Delta reader.
+e.g. timestampNtz, or merge jobs' deletion vectors: reader 3 / writer 7), readable by any
+Delta reader that supports their features.
 
 - :mod:`etl.delta.log`: opening a table, its files, the commit metadata recovery reads
   back (:func:`log_commits`), and :data:`EPOCH_COLUMN`;
@@ -10,7 +11,10 @@ e.g. timestampNtz), readable by any Delta reader.
 - :mod:`etl.delta.read`: Spark DataFrames (:func:`read_table`, :func:`read_epochs`) and
   Arrow/pandas without Spark (:func:`read_arrow`, :func:`read_pandas`);
 - :mod:`etl.delta.write`: :func:`write_files`, :func:`commit_files`, :func:`restore_table`;
-- :mod:`etl.delta.merge`: keyed copy-on-write upserts (:func:`merge_files`).
+- :mod:`etl.delta.merge`: keyed upserts (:func:`merge_files`): deletion vectors or
+  copy-on-write;
+- :mod:`etl.delta.dv`: the deletion-vector codec; :mod:`etl.delta.logfile`: the log read
+  and written directly where delta-rs cannot carry deletion vectors.
 
 Writing one batch::
 
@@ -32,12 +36,20 @@ from etl.delta.log import (
     table_exists,
     table_version,
 )
-from etl.delta.merge import REWRITE_ALL_BYTES, MergeWrite, merge_files, require_unique_keys
+from etl.delta.merge import (
+    MERGE_STRATEGIES,
+    REWRITE_ALL_BYTES,
+    MergeStrategy,
+    MergeWrite,
+    merge_files,
+    require_unique_keys,
+)
 from etl.delta.read import read_arrow, read_epochs, read_pandas, read_table, scan
 from etl.delta.write import (
     SMALL_OUTPUT_ROWS,
     CommitMode,
     DataFile,
+    DeletedRows,
     Fence,
     claim_table,
     commit_files,
@@ -49,6 +61,7 @@ from etl.delta.write import (
 
 __all__ = [
     "EPOCH_COLUMN",
+    "MERGE_STRATEGIES",
     "PARTITION_TYPES",
     "REWRITE_ALL_BYTES",
     "SMALL_OUTPUT_ROWS",
@@ -56,7 +69,9 @@ __all__ = [
     "ActiveFile",
     "CommitMode",
     "DataFile",
+    "DeletedRows",
     "Fence",
+    "MergeStrategy",
     "MergeWrite",
     "active_files",
     "claim_table",

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from datetime import date
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 import pyarrow.fs as pafs
 
@@ -93,13 +93,6 @@ def normalize_location(location: str) -> str:
     return os.path.abspath(location)
 
 
-def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow file system of a normalized ``location`` and the table root on it."""
-    if location.startswith("/"):
-        return pafs.LocalFileSystem(), location
-    return pafs.FileSystem.from_uri(location)
-
-
 def absolute_path(location: str, path: str) -> str:
     """Where Spark finds a file of the table (``path`` as in :class:`ActiveFile`)."""
     return path if has_scheme(path) else f"{location}/{path}"
@@ -110,6 +103,33 @@ def spark_file_path(uri: str) -> str:
     if uri.startswith("file:"):
         return os.path.normpath(unquote(urlparse(uri).path))
     return unquote(uri)
+
+
+def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+    """The file system of a normalised location and the table root on it."""
+    if location.startswith("/"):
+        return pafs.LocalFileSystem(), location
+    return pafs.FileSystem.from_uri(location)
+
+
+def spark_location(location: str) -> str:
+    """``location`` as Spark must be given it: an absolute path without a scheme would be
+    read against Hadoop's default file system, which on a cluster is HDFS, not the local
+    disk."""
+    return f"file://{location}" if location.startswith("/") else location
+
+
+# The characters delta-rs percent-encodes in a log path (besides control characters and
+# non-ASCII bytes): readers such as delta-rs and DuckDB identify a logical file by the
+# path string of its actions, so a remove must spell a path exactly as its add did.
+_LOG_PATH_ENCODED = frozenset('\\{^}%`]">[<#|*?')
+_LOG_PATH_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) not in _LOG_PATH_ENCODED)
+
+
+def log_path(path: str) -> str:
+    """A file's path as the Delta log stores it (URL-encoded; Delta protocol, "Add File
+    and Remove File"), encoded exactly as delta-rs encodes it."""
+    return quote(path, safe=_LOG_PATH_SAFE)
 
 
 def has_scheme(path: str) -> bool:
@@ -125,9 +145,11 @@ __all__ = [
     "filesystem",
     "has_scheme",
     "hive_directory",
+    "log_path",
     "normalize_location",
     "serialize_partition_value",
     "spark_file_path",
+    "spark_location",
     "unescape_path_name",
     "written_partition_values",
 ]

@@ -7,14 +7,12 @@ commit metadata (the ``META_*`` keys of :mod:`consistency.models`), which
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -29,59 +27,22 @@ from consistency.models import (
     META_RESTORED_TO,
     LogCommit,
 )
+from etl.delta.dv import DeletionVector
 from etl.delta.layout import filesystem, normalize_location
+from etl.delta.logfile import DELETION_VECTORS, active_adds, deletion_vector, log_versions
 from etl.errors import DeltaIOError, UnsupportedTableFeatureError
 
 EPOCH_COLUMN = "_epoch"
 """The column every row written by a job carries: the epoch it belongs to."""
 
-# Reader features a plain Parquet scan of the active files reads correctly (Delta
-# protocol, "Table Features"): timestampNtz only adds a type Spark reads natively;
-# vacuumProtocolCheck only constrains VACUUM.
-SUPPORTED_READER_FEATURES = frozenset({"timestampNtz", "vacuumProtocolCheck"})
+# Reader features we read correctly (Delta protocol, "Table Features"): timestampNtz only
+# adds a type Spark reads natively; vacuumProtocolCheck only constrains VACUUM;
+# deletionVectors are applied by every read (etl.delta.read.scan), kept by merges,
+# compaction, vacuum and RESTORE.
+SUPPORTED_READER_FEATURES = frozenset({DELETION_VECTORS, "timestampNtz", "vacuumProtocolCheck"})
 
 
 _MAX_READER_VERSION = 3
-
-LOG_DIR = "_delta_log"
-COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
-CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
-
-
-@dataclass(frozen=True)
-class LogListing:
-    """What the ``_delta_log`` directory holds, from one listing (no entry is read)."""
-
-    commits: tuple[int, ...]
-    """Versions with a JSON commit entry, ascending."""
-    checkpoints: Mapping[int, float]
-    """Checkpoint version -> its (newest part's) file mtime, seconds since the epoch."""
-
-    @property
-    def latest(self) -> int | None:
-        """The table's latest version; None when the log holds nothing (no table)."""
-        versions = [*self.commits[-1:], *self.checkpoints]
-        return max(versions) if versions else None
-
-
-def list_log(location: str) -> LogListing:
-    """List the table's log directory: cheaper than opening the table, which replays the
-    log from its last checkpoint (deltalake 1.6 does so even with ``without_files``).
-
-    A commit entry appears whole or not at all (Delta protocol, "Delta Log Entries":
-    written with put-if-absent), so the newest listed entry is the latest version.
-    """
-    fs, root = filesystem(normalize_location(location))
-    commits: list[int] = []
-    checkpoints: dict[int, float] = {}
-    for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}", allow_not_found=True)):
-        if match := COMMIT_FILE.match(info.base_name):
-            commits.append(int(match.group(1)))
-        elif match := CHECKPOINT_FILE.match(info.base_name):
-            version = int(match.group(1))
-            mtime = info.mtime.timestamp() if info.mtime else 0.0
-            checkpoints[version] = max(checkpoints.get(version, 0.0), mtime)
-    return LogListing(commits=tuple(sorted(commits)), checkpoints=checkpoints)
 
 
 def open_table(
@@ -129,8 +90,13 @@ def table_exists(location: str) -> bool:
 def table_version(location: str) -> int | None:
     """The latest Delta version at ``location``; None when there is no Delta table.
 
-    From a listing of the log (:func:`list_log`), without replaying it."""
-    return list_log(location).latest
+    From a listing of the log, without replaying it (opening the table replays the log
+    from its last checkpoint; deltalake 1.6 does so even with ``without_files``). A commit
+    entry appears whole or not at all (Delta protocol, "Delta Log Entries": put if
+    absent), so the newest listed entry is the latest version."""
+    commits, checkpoints = log_versions(*filesystem(normalize_location(location)))
+    versions = [*commits[-1:], *checkpoints]
+    return max(versions) if versions else None
 
 
 @dataclass(frozen=True)
@@ -145,7 +111,22 @@ class ActiveFile:
     min_values: Mapping[str, Any]
     max_values: Mapping[str, Any]
     rows: int | None = None
-    """numRecords of the file's statistics; None when the log has none."""
+    """numRecords of the file's statistics (physical rows, deleted ones included); None
+    when the log has none."""
+    deletion_vector: DeletionVector | None = None
+    """The rows of the file this version deletes (Delta protocol, "Deletion Vectors")."""
+
+    @property
+    def live_rows(self) -> int | None:
+        """The rows a reader of this version sees: ``rows`` minus the deleted ones."""
+        if self.rows is None or self.deletion_vector is None:
+            return self.rows
+        return self.rows - self.deletion_vector.cardinality
+
+
+def has_deletion_vectors(table: DeltaTable) -> bool:
+    """Whether the loaded version's protocol enables deletion vectors: else no file has one."""
+    return DELETION_VECTORS in (table.protocol().reader_features or ())
 
 
 def active_files(table: DeltaTable) -> list[ActiveFile]:
@@ -159,6 +140,14 @@ def active_files(table: DeltaTable) -> list[ActiveFile]:
             if c in columns
         ]
     ).to_pylist()
+    # delta-rs does not expose a file's deletion vector: our own replay of the log does.
+    dvs: dict[str, DeletionVector] = {}
+    if has_deletion_vectors(table):
+        location = normalize_location(table.table_uri)
+        for path, add in active_adds(location, table.version()).items():
+            dv = deletion_vector(add)
+            if dv is not None:
+                dvs[path] = dv
     # The log stores paths URL-encoded (Delta protocol, "Add File and Remove File").
     return [
         ActiveFile(
@@ -168,6 +157,7 @@ def active_files(table: DeltaTable) -> list[ActiveFile]:
             min_values=row.get("min") or {},
             max_values=row.get("max") or {},
             rows=row.get("num_records"),
+            deletion_vector=dvs.get(unquote(row["path"])),
         )
         for row in rows
     ]
@@ -236,17 +226,13 @@ def _as_int(value: object) -> int | None:
 
 
 __all__ = [
-    "CHECKPOINT_FILE",
-    "COMMIT_FILE",
     "EPOCH_COLUMN",
-    "LOG_DIR",
     "SUPPORTED_READER_FEATURES",
     "ActiveFile",
-    "LogListing",
     "active_files",
     "check_supported",
+    "has_deletion_vectors",
     "history",
-    "list_log",
     "log_commits",
     "open_table",
     "table_exists",

@@ -10,28 +10,28 @@ without an epoch, which holds no rows of its own.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from etl.delta.dv import DV_FILE_PREFIX, read_rows
 from etl.delta.layout import filesystem, normalize_location, serialize_partition_value
-from etl.delta.log import (
+from etl.delta.log import ActiveFile, active_files, open_table
+from etl.delta.logfile import (
     CHECKPOINT_FILE,
     COMMIT_FILE,
+    CRC_FILE,
     LOG_DIR,
-    active_files,
-    list_log,
-    open_table,
+    log_entry,
+    log_versions,
 )
 from etl.delta.write import (
     STAGING_PREFIX,
@@ -43,7 +43,6 @@ from etl.delta.write import (
 
 MAINTENANCE_META = "delta_barrier.maintenance"
 """commitInfo key of maintenance commits (value: ``compaction``)."""
-_CRC_FILE = re.compile(r"^(\d{20})\.crc$")
 LOG_GRACE = timedelta(minutes=5)
 """How long a checkpoint must exist before the log entries it supersedes are deleted."""
 
@@ -67,37 +66,6 @@ class Referenced:
     latest_version: int = -1
 
 
-@dataclass(frozen=True)
-class _Entry:
-    """One commit of the log: the files it adds and removes, and whether the version it
-    makes holds the same rows as the one before."""
-
-    files: tuple[tuple[str, str], ...]
-    """(``add`` or ``remove``, decoded path)."""
-    same_rows: bool
-    """Every file it adds or removes has dataChange false (compaction; Delta protocol, "Add
-    File and Remove File"), or it has none (a job's claim), and it changes no schema or
-    protocol."""
-
-
-def _entry(fs: pafs.FileSystem, root: str, version: int) -> _Entry:
-    with fs.open_input_stream(f"{root}/{LOG_DIR}/{version:020d}.json") as stream:
-        text = stream.read().decode()
-    files = []
-    data_change = False
-    other = False
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        action = json.loads(line)
-        other = other or "metaData" in action or "protocol" in action
-        for kind in ("add", "remove"):
-            if kind in action:
-                files.append((kind, unquote(action[kind]["path"])))
-                data_change = data_change or action[kind].get("dataChange", True) is not False
-    return _Entry(tuple(files), not data_change and not other)
-
-
 def same_rows_version(location: str, version: int) -> int:
     """The newest version from ``version`` on reached through commits that changed no row
     (compaction, a job's claim): it reads the same rows as ``version``, from fewer files.
@@ -109,7 +77,7 @@ def same_rows_version(location: str, version: int) -> int:
     fs, root = filesystem(location)
     while True:
         try:
-            entry = _entry(fs, root, version + 1)
+            entry = log_entry(fs, root, version + 1)
         except FileNotFoundError:
             return version
         if not entry.same_rows:
@@ -122,7 +90,10 @@ def referenced_files(location: str, keep_versions: Iterable[int], *, keep_from: 
     ``keep_from`` on (the latest sealed state and everything after it: batches in flight),
     and at the versions that only rearranged the rows of a kept one (compaction).
 
-    Loads the table once at the oldest kept version and replays the JSON entries after it.
+    A data file's deletion vector file is needed with it: without it the rows it deletes
+    would come back (Delta protocol, "Deletion Vectors"). One DV file may serve several
+    data files. Loads the table once at the oldest kept version and replays the JSON
+    entries after it.
     """
     location = normalize_location(location)
     fs, root = filesystem(location)
@@ -132,24 +103,30 @@ def referenced_files(location: str, keep_versions: Iterable[int], *, keep_from: 
     first = min(kept | {keep_from})
     result = Referenced(first_version=first, latest_version=latest)
     base = open_table(location, version=first, operation="vacuum")
-    active = {f.path for f in active_files(base)}
-    result.known |= active
-    pending = set(active)  # active and not yet marked needed
-    if first in kept or first >= keep_from:
+    active: dict[str, str | None] = {}  # data file -> its DV file
+    for file in active_files(base):
+        descriptor = file.deletion_vector
+        active[file.path] = None if descriptor is None else descriptor.relative_path()
+    result.known |= set(active) | {dv for dv in active.values() if dv}
+    pending = set(active) | {dv for dv in active.values() if dv}  # not yet marked needed
+    previous_kept = first in kept or first >= keep_from
+    if previous_kept:
         result.needed |= pending
         pending.clear()
-    previous_kept = first in kept or first >= keep_from
     for version in range(first + 1, latest + 1):
-        entry = _entry(fs, root, version)
-        for kind, path in entry.files:
+        entry = log_entry(fs, root, version)
+        for kind, path, dv in entry.files:
             result.known.add(path)
+            if dv:
+                result.known.add(dv)
             if kind == "add":
-                active.add(path)
-                if path not in result.needed:
-                    pending.add(path)
+                active[path] = dv
+                pending |= {p for p in (path, dv) if p and p not in result.needed}
             else:
-                active.discard(path)
+                active.pop(path, None)
                 pending.discard(path)
+                if dv and dv not in active.values():
+                    pending.discard(dv)
         # A version holding a kept version's rows is kept with it: readers of the kept
         # one may read it instead (same_rows_version).
         previous_kept = (
@@ -162,8 +139,9 @@ def referenced_files(location: str, keep_versions: Iterable[int], *, keep_from: 
 
 
 def stored_files(location: str) -> list[StoredFile]:
-    """Data files on storage: every ``*.parquet`` outside ``_delta_log`` and outside hidden
-    (``_``/``.``) directories, which staging directories are (see :func:`staging_dirs`)."""
+    """Data files on storage: every ``*.parquet`` and deletion vector file
+    (``deletion_vector_*.bin``) outside ``_delta_log`` and outside hidden (``_``/``.``)
+    directories, which staging directories are (see :func:`staging_dirs`)."""
     location = normalize_location(location)
     fs, root = filesystem(location)
     found = []
@@ -172,11 +150,15 @@ def stored_files(location: str) -> list[StoredFile]:
             continue
         relative = info.path[len(root) + 1 :]
         parts = relative.split("/")
-        if any(p.startswith(("_", ".")) for p in parts) or not parts[-1].endswith(".parquet"):
+        if any(p.startswith(("_", ".")) for p in parts) or not _is_table_file(parts[-1]):
             continue
         mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
         found.append(StoredFile(relative, info.size or 0, mtime))
     return found
+
+
+def _is_table_file(name: str) -> bool:
+    return name.endswith(".parquet") or (name.startswith(DV_FILE_PREFIX) and name.endswith(".bin"))
 
 
 def staging_dirs(location: str) -> list[StoredFile]:
@@ -211,10 +193,15 @@ def delete_paths(location: str, paths: Sequence[str], *, directories: bool = Fal
 # -- compaction --------------------------------------------------------------------------
 
 
+DV_PURGE_SHARE = 0.2
+"""Compaction rewrites a file whose deletion vector deletes at least this share of its
+rows, whatever its size, so that deleted rows do not pile up behind deletion vectors."""
+
+
 @dataclass(frozen=True)
 class CompactionPlan:
-    groups: tuple[tuple[str, ...], ...]
-    """Per partition, the small files to rewrite into one."""
+    groups: tuple[tuple[ActiveFile, ...], ...]
+    """Per partition, the files to rewrite into one: small ones, and ones mostly deleted."""
     version: int
 
     @property
@@ -225,16 +212,32 @@ class CompactionPlan:
 def plan_compaction(
     location: str, *, small_file_bytes: int = 16 << 20, min_files: int = 4
 ) -> CompactionPlan:
-    """Per partition of the latest version, the files under ``small_file_bytes``, when
-    there are at least ``min_files`` of them."""
+    """Per partition of the latest version, the files under ``small_file_bytes`` when
+    there are at least ``min_files`` of them, and the files whose deletion vectors delete
+    at least :data:`DV_PURGE_SHARE` of their rows."""
     table = open_table(normalize_location(location), operation="compact")
-    by_partition: dict[tuple, list[str]] = {}
+    small: dict[tuple, list[ActiveFile]] = {}
+    purged: dict[tuple, list[ActiveFile]] = {}
     for file in active_files(table):
-        if file.size < small_file_bytes:
-            key = tuple(sorted((k, repr(v)) for k, v in file.partition_values.items()))
-            by_partition.setdefault(key, []).append(file.path)
-    groups = tuple(tuple(sorted(p)) for p in by_partition.values() if len(p) >= min_files)
-    return CompactionPlan(groups=groups, version=table.version())
+        key = tuple(sorted((k, repr(v)) for k, v in file.partition_values.items()))
+        if _mostly_deleted(file):
+            purged.setdefault(key, []).append(file)
+        elif file.size < small_file_bytes:
+            small.setdefault(key, []).append(file)
+    groups = []
+    for key in sorted(set(small) | set(purged)):
+        files = purged.get(key, []) + (small[key] if len(small.get(key, ())) >= min_files else [])
+        if files:
+            groups.append(tuple(sorted(files, key=lambda f: f.path)))
+    return CompactionPlan(groups=tuple(groups), version=table.version())
+
+
+def _mostly_deleted(file: ActiveFile) -> bool:
+    dv = file.deletion_vector
+    rows = file.rows
+    return (
+        dv is not None and rows is not None and rows > 0 and dv.cardinality >= DV_PURGE_SHARE * rows
+    )
 
 
 @dataclass(frozen=True)
@@ -248,27 +251,27 @@ class Rewrite:
     partition_by: tuple[str, ...]
 
     @property
-    def removes(self) -> tuple[str, ...]:
-        return tuple(path for group in self.plan.groups for path in group)
+    def removes(self) -> tuple[ActiveFile, ...]:
+        return tuple(file for group in self.plan.groups for file in group)
 
 
 def rewrite_small_files(location: str, plan: CompactionPlan) -> Rewrite:
-    """Write each group of ``plan`` as one file (rows and their ``_epoch`` unchanged);
-    nothing is committed: see :func:`commit_rewrite`, or :func:`discard_rewrite`."""
+    """Write each group of ``plan`` as one file (rows and their ``_epoch`` unchanged, the
+    rows deletion vectors delete left out); nothing is committed: see
+    :func:`commit_rewrite`, or :func:`discard_rewrite`."""
     location = normalize_location(location)
     table = open_table(location, version=plan.version, operation="compact")
     partition_by = list(table.metadata().partition_columns)
     schema = pa.schema(table.schema().to_arrow())
     file_schema = pa.schema([f for f in schema if f.name not in partition_by])
-    current = {f.path: f for f in active_files(table)}
     fs, root = filesystem(location)
     written: list[DataFile] = []
     for group in plan.groups:
-        parts = [pq.read_table(f"{root}/{path}", filesystem=fs) for path in group]
-        rows = pa.concat_tables([p.select(file_schema.names).cast(file_schema) for p in parts])
-        values = {
-            k: serialize_partition_value(v) for k, v in current[group[0]].partition_values.items()
-        }
+        parts = [_live_rows(fs, root, file).select(file_schema.names) for file in group]
+        rows = pa.concat_tables([p.cast(file_schema) for p in parts])
+        if not rows.num_rows:
+            continue  # every row deleted: the files go, nothing replaces them
+        values = {k: serialize_partition_value(v) for k, v in group[0].partition_values.items()}
         written.append(
             write_data_file(
                 fs, root, rows, partition_by=partition_by, values=values, prefix="compact"
@@ -277,11 +280,22 @@ def rewrite_small_files(location: str, plan: CompactionPlan) -> Rewrite:
     return Rewrite(location, plan, tuple(written), schema, tuple(partition_by))
 
 
+def _live_rows(fs: pafs.FileSystem, root: str, file: ActiveFile) -> pa.Table:
+    """The rows of a data file its deletion vector does not delete."""
+    rows = pq.read_table(f"{root}/{file.path}", filesystem=fs)
+    if file.deletion_vector is None:
+        return rows
+    keep = np.ones(rows.num_rows, dtype=bool)
+    keep[read_rows(fs, root, file.deletion_vector)] = False
+    return rows.filter(pa.array(keep))
+
+
 def commit_rewrite(rewrite: Rewrite, *, fence: Fence) -> int:
     """Commit ``rewrite`` as one commit of ``fence``'s job that adds the new files and
-    removes the small ones, every action with dataChange false; returns the new version.
-    CommitConflictError when another commit removed one of the small files meanwhile
-    (nothing is lost: call :func:`discard_rewrite`)."""
+    removes the rewritten ones (with their deletion vectors), every action with
+    dataChange false; returns the new version. CommitConflictError when another commit
+    removed one of them or changed its deletion vector meanwhile (nothing is lost: call
+    :func:`discard_rewrite`)."""
     return commit_files(
         rewrite.location,
         rewrite.files,
@@ -330,8 +344,7 @@ def log_upkeep(
     """
     location = normalize_location(location)
     fs, root = filesystem(location)
-    listing = list_log(location)
-    commits, checkpoints = list(listing.commits), listing.checkpoints
+    commits, checkpoints = log_versions(fs, root)
     table = open_table(location, operation="checkpoint")  # loaded once: a long log is slow
     latest = table.version()
     keep_from = max(0, min(keep_from_version, latest))
@@ -346,7 +359,7 @@ def log_upkeep(
     if latest not in checkpoints or old:
         table.create_checkpoint()
         checkpointed = latest if latest not in checkpoints else None
-    checkpoints = list_log(location).checkpoints
+    _, checkpoints = log_versions(fs, root)
     settled = time.time() - grace.total_seconds()
     boundary = max(
         (v for v, mtime in checkpoints.items() if v <= keep_from and mtime <= settled),
@@ -359,7 +372,7 @@ def log_upkeep(
             match = (
                 COMMIT_FILE.match(info.base_name)
                 or CHECKPOINT_FILE.match(info.base_name)
-                or _CRC_FILE.match(info.base_name)
+                or CRC_FILE.match(info.base_name)
             )
             if match and int(match.group(1)) < boundary:
                 names.append(info.path)
@@ -382,6 +395,7 @@ def log_size(location: str) -> tuple[int, int]:
 
 
 __all__ = [
+    "DV_PURGE_SHARE",
     "LOG_GRACE",
     "MAINTENANCE_META",
     "CompactionPlan",

@@ -1,25 +1,45 @@
-"""Keyed upserts (merge) as copy-on-write: the files holding an updated key are rewritten.
+"""Keyed upserts (merge): merge-on-read with deletion vectors, or copy-on-write.
 
-Spark computes the rewritten files' rows (the kept rows plus the updates); the result is
-committed with :func:`etl.delta.write.commit_files` (adds and removes in one commit). A
-small table is rewritten whole in one Spark job; a larger one in three (count and key
-check, touched files, write).
+``deletion-vectors`` (the default on a local table with the ``deletionVectors`` feature):
+the updated rows of the table are found by (file, row index), deleted by deletion vectors
+(Delta protocol, "Deletion Vectors") and the updates are written as new files: the cost
+follows the keys touched, not the table. ``copy-on-write``: the files holding an updated
+key are rewritten, their kept rows plus the updates. Either way the result is committed
+with :func:`etl.delta.write.commit_files` in one commit. A small table is rewritten whole
+in one Spark job.
 """
 
 from __future__ import annotations
 
+import bisect
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import date
 from functools import reduce
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl.delta.layout import absolute_path, normalize_location, spark_file_path
-from etl.delta.log import ActiveFile, active_files, check_supported, open_table
-from etl.delta.read import FILE_PATH_COLUMN, scan, spark_schema
-from etl.delta.write import SMALL_OUTPUT_ROWS, DataFile, collect_small, write_arrow, write_files
+from etl.delta.dv import read_many, write_dv_file
+from etl.delta.layout import absolute_path, filesystem, normalize_location, spark_file_path
+from etl.delta.log import (
+    ActiveFile,
+    active_files,
+    check_supported,
+    has_deletion_vectors,
+    open_table,
+)
+from etl.delta.read import FILE_PATH_COLUMN, ROW_INDEX_COLUMN, scan, spark_schema
+from etl.delta.write import (
+    SMALL_OUTPUT_ROWS,
+    DataFile,
+    DeletedRows,
+    collect_small,
+    write_arrow,
+    write_files,
+)
 from etl.errors import (
     DeltaIOError,
     DuplicateMergeKeyError,
@@ -38,6 +58,13 @@ to the driver: finding the touched files first costs more than rewriting them al
 size. When the result exceeds ``collect_rows`` (many inserts) it falls back to rewriting
 only the touched files."""
 
+MergeStrategy = Literal["deletion-vectors", "copy-on-write"]
+"""How a merge replaces the rows of updated keys: deletion vectors on the files holding
+them (merge-on-read), or rewriting those files."""
+MERGE_STRATEGIES: tuple[str, ...] = get_args(MergeStrategy)
+
+_log = logging.getLogger(__name__)
+_told_copy_on_write: set[str] = set()
 _UPDATE = "__delta_barrier_update"
 _KEY_UPDATES = "__delta_barrier_key_updates"
 
@@ -50,6 +77,8 @@ class MergeWrite:
     removes: list[str]
     upserted: int
     """Rows of the updates (inserted or replacing a row), not the rows copied along."""
+    deletes: list[DeletedRows] = field(default_factory=list)
+    """Files whose updated rows new deletion vectors delete (merge-on-read)."""
 
 
 def merge_files(
@@ -62,17 +91,26 @@ def merge_files(
     partition_by: Sequence[str] = (),
     file_prefix: str,
     check_unique_keys: bool = True,
-    rewrite_all_bytes: int = REWRITE_ALL_BYTES,
+    rewrite_all_bytes: int | None = None,
     collect_rows: int = SMALL_OUTPUT_ROWS,
+    strategy: MergeStrategy = "deletion-vectors",
 ) -> MergeWrite:
-    """Copy-on-write keyed upsert against the table at ``version``.
+    """Keyed upsert against the table at ``version``.
+
+    With ``strategy="deletion-vectors"`` on a local table whose protocol has the
+    ``deletionVectors`` feature, the table's rows of updated keys are deleted by deletion
+    vectors (:attr:`MergeWrite.deletes`) and the updates written as new files. Otherwise
+    (copy-on-write; a table without the feature is never upgraded silently, and object
+    stores lack the put-if-absent our own log writer needs) the files holding an updated
+    key are replaced:
 
     Writes the rows of the replaced files minus the updated keys plus every row of
     ``updates``. Returns the new files and the relative paths of the replaced files
     (commit both with :func:`commit_files`, ``removes=``) and how many rows ``updates``
     held; nothing at all when ``updates`` is empty.
 
-    When the table's files hold at most ``rewrite_all_bytes``, fewer than ``collect_rows``
+    When the table's files hold at most ``rewrite_all_bytes`` (default
+    :data:`REWRITE_ALL_BYTES`), fewer than ``collect_rows``
     rows by the log's statistics, and the result at most ``collect_rows`` rows, every file
     is replaced, in one Spark job collected to the driver
     (:func:`etl.delta.write.write_arrow`). Otherwise only the files holding a key of
@@ -86,6 +124,8 @@ def merge_files(
     insert.
     """
     location = normalize_location(location)
+    if rewrite_all_bytes is None:
+        rewrite_all_bytes = REWRITE_ALL_BYTES
     table = open_table(location, version=version, operation="merge")
     check_supported(table, location)
     schema = spark_schema(table)
@@ -99,6 +139,22 @@ def merge_files(
             option="keys",
             reason=f"{list(keys)} must be a non-empty list of the table's columns {list(expected)}",
         )
+    if strategy not in MERGE_STRATEGIES:
+        raise InvalidWriteOptionError(
+            table=location,
+            option="strategy",
+            reason=f"{strategy!r} is not one of {list(MERGE_STRATEGIES)}",
+        )
+    deleting = strategy == "deletion-vectors" and location.startswith("/")
+    if deleting and not has_deletion_vectors(table):
+        deleting = False
+        if location not in _told_copy_on_write:
+            _told_copy_on_write.add(location)
+            _log.info(
+                "merge into %s: copy-on-write, the table has no deletionVectors feature "
+                "(created before; it is not upgraded silently)",
+                location,
+            )
     plan = _Merge(
         spark=spark,
         location=location,
@@ -117,6 +173,8 @@ def merge_files(
         merged = plan.rewrite_all(updates, collect_rows)
         if merged is not None:
             return merged
+    if deleting:
+        return plan.delete_touched(updates, collect_rows=collect_rows)
     return plan.rewrite_touched(
         updates, collect_rows=collect_rows, rewrite_all_bytes=rewrite_all_bytes
     )
@@ -231,6 +289,111 @@ class _Merge:
                 rows.unpersist()
         return MergeWrite(adds=adds, removes=[f.path for f in touched], upserted=upserted)
 
+    def delete_touched(self, updates: DataFrame, *, collect_rows: int) -> MergeWrite:
+        """The table's rows of updated keys deleted by deletion vectors, the updates
+        written as new files: rows rewritten are the updates only.
+
+        One Spark job finds the (file, row index) of each row to delete: a scan of the
+        files whose key statistics may hold an update key, semi-joined with the update
+        keys, broadcast; only those pairs reach the driver. The scan reads physical rows:
+        a row an old deletion vector deletes may match too, which the union with the old
+        DV absorbs (a file matched only by such rows keeps its DV), so the table's rows
+        are never joined with its deleted ones. One DV file holds, for each touched file,
+        its old deleted rows and the new ones.
+        """
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        rows = updates.select(*self.columns(self.names))
+        persisted = not updates.is_cached
+        if persisted:
+            rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            upserted = self.count_updates(rows)
+            if upserted == 0:
+                return MergeWrite(adds=[], removes=[], upserted=0)
+            update_keys = rows.select(*self.columns(self.keys))
+            candidates = self.files
+            if upserted <= SMALL_OUTPUT_ROWS:
+                update_keys = F.broadcast(update_keys)
+                candidates = self.may_hold(update_keys.collect())
+            hits: dict[str, list[int]] = {}
+            if candidates:
+                for uri, index in (
+                    scan(
+                        self.spark,
+                        self.location,
+                        self.table,
+                        candidates,
+                        with_file_path=True,
+                        with_row_index=True,
+                        deletion_vectors=False,
+                    )
+                    .join(update_keys, on=self.keys, how="left_semi")
+                    .select(FILE_PATH_COLUMN, ROW_INDEX_COLUMN)
+                    .collect()
+                ):
+                    hits.setdefault(spark_file_path(uri), []).append(index)
+            adds = write_files(
+                rows,
+                self.location,
+                partition_by=self.partition_by,
+                file_prefix=self.file_prefix,
+                collect_rows=collect_rows,
+            )
+        finally:
+            if persisted:
+                rows.unpersist()
+        by_path = {absolute_path(self.location, f.path): f for f in candidates}
+        unknown = sorted(set(hits) - set(by_path))
+        if unknown:
+            raise DeltaIOError(
+                table=self.location,
+                operation="merge",
+                reason=f"Spark read files the log does not list: {unknown}",
+            )
+        matched = [by_path[path] for path in sorted(hits)]
+        fs, root = filesystem(self.location)
+        old = iter(read_many(fs, root, [f.deletion_vector for f in matched if f.deletion_vector]))
+        touched: list[ActiveFile] = []
+        row_sets: list[set[int]] = []
+        for file in matched:
+            deleted = set(next(old)) if file.deletion_vector else set()
+            rows_hit = set(hits[absolute_path(self.location, file.path)])
+            if not rows_hit <= deleted:
+                touched.append(file)
+                row_sets.append(deleted | rows_hit)
+        new = write_dv_file(fs, root, row_sets)
+        deletes = [
+            DeletedRows(path=f.path, old=f.deletion_vector, new=dv)
+            for f, dv in zip(touched, new, strict=True)
+        ]
+        return MergeWrite(adds=adds, removes=[], upserted=upserted, deletes=deletes)
+
+    def may_hold(self, keys: Sequence) -> list[ActiveFile]:
+        """The files whose min/max statistics may hold one of ``keys`` (rows of the key
+        columns): a file is skipped only if, for some key column with bounds of a
+        comparable type, no key falls between them. Null keys match nothing."""
+        keys = [k for k in keys if all(v is not None for v in k)]
+        if not keys:
+            return []
+        columns = []
+        for position, name in enumerate(self.keys):
+            values = sorted({k[position] for k in keys})
+            columns.append((name, values))
+
+        def may_hold(file: ActiveFile) -> bool:
+            for name, values in columns:
+                low, high = file.min_values.get(name), file.max_values.get(name)
+                if not _comparable(low, values[0]) or not _comparable(high, values[0]):
+                    continue  # no usable bounds: cannot rule the file out
+                first = bisect.bisect_left(values, low)
+                if first == len(values) or values[first] > high:
+                    return False
+            return True
+
+        return [f for f in self.files if may_hold(f)]
+
     def count_updates(self, rows: DataFrame) -> int:
         """The rows of the updates; DuplicateMergeKeyError (when checking) if two share a
         non-null key. One aggregation; a second one names an example key if there is one."""
@@ -273,8 +436,22 @@ class _Merge:
 
 
 def _known_rows(files: Sequence[ActiveFile]) -> float:
-    """The rows of ``files`` by the log's statistics; infinite when a file has none."""
-    return sum(f.rows if f.rows is not None else float("inf") for f in files)
+    """The rows of ``files`` by the log's statistics, minus those their deletion vectors
+    delete; infinite when a file has none."""
+    return sum(f.live_rows if f.live_rows is not None else float("inf") for f in files)
+
+
+def _comparable(bound: object, value: object) -> bool:
+    """Whether a statistics bound orders like the key values: integers, strings and dates
+    only (the statistics of other types are text or may be truncated differently)."""
+    if bound is None or isinstance(bound, bool) or isinstance(value, bool):
+        return False
+    if isinstance(bound, int) and isinstance(value, int):
+        return True
+    if isinstance(bound, str) and isinstance(value, str):
+        return True
+    # datetime is a date too, but its bounds are text in the log.
+    return type(bound) is date and type(value) is date
 
 
 def require_unique_keys(rows: DataFrame, location: str, keys: list[str]) -> None:
@@ -295,4 +472,11 @@ def require_unique_keys(rows: DataFrame, location: str, keys: list[str]) -> None
         )
 
 
-__all__ = ["REWRITE_ALL_BYTES", "MergeWrite", "merge_files", "require_unique_keys"]
+__all__ = [
+    "MERGE_STRATEGIES",
+    "REWRITE_ALL_BYTES",
+    "MergeStrategy",
+    "MergeWrite",
+    "merge_files",
+    "require_unique_keys",
+]

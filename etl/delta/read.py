@@ -1,9 +1,10 @@
 """Reading Delta tables: Spark DataFrames, and Arrow/pandas without Spark.
 
 delta-rs resolves the Delta log (which files make up a version, their partition values and
-statistics); Spark reads the Parquet files themselves. Tables are refused, never misread,
-when they use a feature a plain Parquet scan cannot honour (deletion vectors, column
-mapping, unknown reader features).
+statistics; our own log replay adds their deletion vectors); Spark reads the Parquet
+files themselves and drops the rows deletion vectors delete. Tables are refused, never
+misread, when they use a feature we cannot honour (column mapping, unknown reader
+features).
 """
 
 from __future__ import annotations
@@ -18,15 +19,24 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from etl.delta.dv import read_many
 from etl.delta.layout import (
     PARTITION_TYPES,
     absolute_path,
+    filesystem,
     has_scheme,
     hive_directory,
     normalize_location,
     serialize_partition_value,
 )
-from etl.delta.log import EPOCH_COLUMN, ActiveFile, active_files, check_supported, open_table
+from etl.delta.log import (
+    EPOCH_COLUMN,
+    ActiveFile,
+    active_files,
+    check_supported,
+    has_deletion_vectors,
+    open_table,
+)
 from etl.errors import DeltaIOError
 
 if TYPE_CHECKING:
@@ -35,6 +45,8 @@ if TYPE_CHECKING:
 
 FILE_PATH_COLUMN = "__delta_barrier_file"
 """The column :func:`scan` adds with ``with_file_path``: the URI Spark read the row from."""
+ROW_INDEX_COLUMN = "__delta_barrier_row_index"
+"""The column :func:`scan` adds with ``with_row_index``: the row's position in its file."""
 
 
 def spark_schema(table: DeltaTable):
@@ -51,36 +63,120 @@ def scan(
     files: Sequence[ActiveFile],
     *,
     with_file_path: bool = False,
+    with_row_index: bool = False,
+    deletion_vectors: bool = True,
 ) -> DataFrame:
-    """A DataFrame over ``files`` with the table's schema (names, types, order).
+    """A DataFrame over ``files`` with the table's schema (names, types, order), without
+    the rows their deletion vectors delete (with ``deletion_vectors=False``: the files'
+    physical rows, for a caller that drops the deleted ones itself).
 
     With ``with_file_path`` a trailing string column :data:`FILE_PATH_COLUMN` holds the
-    URI Spark read each row from.
+    URI Spark read each row from; with ``with_row_index``, :data:`ROW_INDEX_COLUMN` its
+    position in that file (Spark's ``_metadata.row_index``, the row index of the Delta
+    protocol's deletion vectors).
+
+    Files with a deletion vector are read with their row indexes and anti-joined with the
+    (file, row index) pairs their DVs delete, broadcast; the other files are read as
+    plain Parquet, at no extra cost.
     """
+    from pyspark.sql import functions as F
+
+    deleting = [f for f in files if f.deletion_vector is not None]
+    if not deleting or not deletion_vectors:
+        return _scan(spark, location, table, files, with_file_path, with_row_index)
+    plain = [f for f in files if f.deletion_vector is None]
+    deleted = _deleted_rows(spark, location, deleting)
+    read = _scan(spark, location, table, deleting, True, True)
+    kept = read.join(
+        F.broadcast(deleted),
+        (read[FILE_PATH_COLUMN] == deleted[_DELETED_FILE])
+        & (read[ROW_INDEX_COLUMN] == deleted[_DELETED_ROW]),
+        "left_anti",
+    )
+    extra = [
+        c
+        for c, wanted in ((FILE_PATH_COLUMN, with_file_path), (ROW_INDEX_COLUMN, with_row_index))
+        if not wanted
+    ]
+    kept = kept.drop(*extra)
+    if not plain:
+        return kept
+    return _scan(spark, location, table, plain, with_file_path, with_row_index).unionAll(kept)
+
+
+_DELETED_FILE = "__delta_barrier_deleted_file"
+_DELETED_ROW = "__delta_barrier_deleted_row"
+
+
+def _deleted_rows(spark: SparkSession, location: str, files: Sequence[ActiveFile]) -> DataFrame:
+    """(Spark's URI of the file, row index) of every row the files' DVs delete."""
+    fs, root = filesystem(location)
+    rows = read_many(fs, root, [f.deletion_vector for f in files if f.deletion_vector])
+    uris = [spark_file_uri(spark, absolute_path(location, f.path)) for f in files]
+    pairs = pa.table(
+        {
+            _DELETED_FILE: pa.array(
+                [uri for uri, deleted in zip(uris, rows, strict=True) for _ in deleted],
+                pa.string(),
+            ),
+            _DELETED_ROW: pa.array([r for deleted in rows for r in deleted], pa.int64()),
+        }
+    )
+    return spark.createDataFrame(pairs)
+
+
+def spark_file_uri(spark: SparkSession, path: str) -> str:
+    """The URI Spark's ``_metadata.file_path`` gives for the file at ``path`` (a qualified
+    Hadoop path, URL-encoded): the inverse of :func:`~etl.delta.layout.spark_file_path`."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a classic (non-Connect) session
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop = jvm.org.apache.hadoop.fs
+    if path.startswith("/"):
+        # Spark lists a local file as file:/path (no authority), quoted as java.net.URI does.
+        return jvm.java.net.URI("file", None, path, None).toString()
+    hadoop_path = hadoop.Path(path)
+    return hadoop_path.getFileSystem(conf).makeQualified(hadoop_path).toUri().toString()
+
+
+def _scan(
+    spark: SparkSession,
+    location: str,
+    table: DeltaTable,
+    files: Sequence[ActiveFile],
+    with_file_path: bool,
+    with_row_index: bool,
+) -> DataFrame:
+    """The Parquet rows of ``files`` (deletion vectors not applied)."""
     from pyspark.sql import functions as F
 
     schema = spark_schema(table)
     names = [f.name for f in schema.fields]
     partition_by = list(table.metadata().partition_columns)
     output = [F.col(f"`{n}`") for n in names]
+    meta = []
     if with_file_path:
-        output.append(F.col("_metadata.file_path").alias(FILE_PATH_COLUMN))
+        meta.append(F.col("_metadata.file_path").alias(FILE_PATH_COLUMN))
+    if with_row_index:
+        meta.append(F.col("_metadata.row_index").alias(ROW_INDEX_COLUMN))
     if not files:
-        from pyspark.sql.types import StringType, StructField, StructType
+        from pyspark.sql.types import LongType, StringType, StructField, StructType
 
         fields = list(schema.fields)
         if with_file_path:
             fields.append(StructField(FILE_PATH_COLUMN, StringType()))
+        if with_row_index:
+            fields.append(StructField(ROW_INDEX_COLUMN, LongType()))
         return spark.createDataFrame([], StructType(fields))
     paths = [absolute_path(location, f.path) for f in files]
     if not partition_by:
         frame = _read_parquet(spark, location, schema, paths, recursiveFileLookup="true")
-        return frame.select(*output)
+        return frame.select(*output, *meta)
     if _follows_hive_layout(schema, partition_by, files):
         # One scan; Spark parses the partition directories and casts them to the types of
         # the given schema (no type inference: "007" stays the string "007").
         frame = _read_parquet(spark, location, schema, paths, basePath=location)
-        return frame.select(*output)
+        return frame.select(*output, *meta)
     # Files outside the Hive layout: one scan per partition, values from the log.
     data_schema = type(schema)([f for f in schema.fields if f.name not in partition_by])
     types = {f.name: f.dataType for f in schema.fields}
@@ -88,12 +184,15 @@ def scan(
     for file, path in zip(files, paths, strict=True):
         key = tuple(file.partition_values.get(c) for c in partition_by)
         groups.setdefault(key, []).append(path)
+    carried = [FILE_PATH_COLUMN] * with_file_path + [ROW_INDEX_COLUMN] * with_row_index
     frames = []
     for key, group in groups.items():
         frame = _read_parquet(spark, location, data_schema, group, recursiveFileLookup="true")
+        # The hidden _metadata columns are taken right off the scan.
+        frame = frame.select(*[F.col(f"`{f.name}`") for f in data_schema.fields], *meta)
         for col, value in zip(partition_by, key, strict=True):
             frame = frame.withColumn(col, F.lit(value).cast(types[col]))
-        frames.append(frame.select(*output))
+        frames.append(frame.select(*output, *[F.col(c) for c in carried]))
     return reduce(lambda a, b: a.unionAll(b), frames)
 
 
@@ -191,6 +290,19 @@ def read_arrow(
         else None
     )
     try:
+        if has_deletion_vectors(table):
+            # delta-rs' pyarrow dataset refuses deletion vectors; its DataFusion scan
+            # applies them.
+            predicate = (
+                None
+                if filter_epochs is None
+                else f'"{EPOCH_COLUMN}" >= {int(filter_epochs[0])} '
+                f'AND "{EPOCH_COLUMN}" <= {int(filter_epochs[1])}'
+            )
+            reader = table.scan(
+                columns=list(columns) if columns is not None else None, predicate=predicate
+            )
+            return pa.RecordBatchReader.from_stream(reader).read_all()
         return table.to_pyarrow_table(
             columns=list(columns) if columns is not None else None, filters=filters
         )
@@ -213,10 +325,12 @@ def read_pandas(
 
 __all__ = [
     "FILE_PATH_COLUMN",
+    "ROW_INDEX_COLUMN",
     "read_arrow",
     "read_epochs",
     "read_pandas",
     "read_table",
     "scan",
+    "spark_file_uri",
     "spark_schema",
 ]

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, get_args
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -43,19 +44,31 @@ from deltalake.transaction import (
 from consistency.models import (
     BEFORE_FIRST_VERSION,
     META_COMMIT_ID,
+    META_EPOCH,
     META_GENERATION,
     META_JOB,
     META_RESTORED_TO,
 )
+from etl.delta.dv import DeletionVector
 from etl.delta.layout import (
     PARTITION_TYPES,
     filesystem,
     hive_directory,
+    log_path,
     normalize_location,
     serialize_partition_value,
+    spark_location,
     written_partition_values,
 )
-from etl.delta.log import active_files, check_supported, history, open_table
+from etl.delta.log import (
+    ActiveFile,
+    active_files,
+    check_supported,
+    has_deletion_vectors,
+    history,
+    open_table,
+)
+from etl.delta.logfile import DELETION_VECTORS, active_adds, commit_actions, deletion_vector
 from etl.errors import (
     CommitConflictError,
     DeltaIOError,
@@ -63,6 +76,7 @@ from etl.errors import (
     InvalidWriteOptionError,
     SchemaMismatchError,
 )
+from etl.faults import maybe_crash
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -103,6 +117,18 @@ class DataFile:
     """Delta per-file statistics, JSON (Delta protocol, "Per-file Statistics")."""
     modification_time: int
     """Milliseconds since the Unix epoch."""
+
+
+@dataclass(frozen=True)
+class DeletedRows:
+    """Rows a commit deletes from a committed data file: the file's new deletion vector
+    (the rows it deleted before and the new ones), replacing the one it had when the
+    commit was planned (Delta protocol, "Deletion Vectors")."""
+
+    path: str
+    """Relative to the table root, decoded (as :class:`~etl.delta.log.ActiveFile`)."""
+    old: DeletionVector | None
+    new: DeletionVector
 
 
 # -- writing files: Spark's Parquet writer, then statistics from the footers -----------------
@@ -216,12 +242,6 @@ class _StagedFile:
     partition_values: Mapping[str, str | None]
 
 
-def _spark_location(location: str) -> str:
-    # An absolute path without a scheme would be read against Hadoop's default file
-    # system, which on a cluster is HDFS, not the local disk.
-    return f"file://{location}" if location.startswith("/") else location
-
-
 def _place(fs: pafs.FileSystem, root: str, file: _StagedFile, schema: pa.Schema) -> DataFile | None:
     """Move one staged file into the table directory; None (and deleted) when empty."""
     source = f"{root}/{file.staged}"
@@ -288,7 +308,7 @@ def write_files(
     session.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     try:
         df.write.partitionBy(*partition_by).parquet(
-            _spark_location(f"{location}/{staging}"), compression="snappy"
+            spark_location(f"{location}/{staging}"), compression="snappy"
         )
         staged = []
         for info in fs.get_file_info(pafs.FileSelector(f"{root}/{staging}", recursive=True)):
@@ -490,10 +510,14 @@ def _check_schema(table: DeltaTable, location: str, schema: pa.Schema) -> None:
 
 
 def _remove_actions(
-    table: DeltaTable, location: str, removes: Sequence[DataFile | str], *, data_change: bool
+    table: DeltaTable,
+    location: str,
+    removes: Sequence[DataFile | ActiveFile | str],
+    *,
+    data_change: bool,
 ) -> list[RemoveAction]:
     current = {f.path: f for f in active_files(table)}
-    paths = [remove if isinstance(remove, str) else remove.path for remove in removes]
+    paths = [_path_of(remove) for remove in removes]
     missing = [path for path in paths if path not in current]
     if missing:
         # Another commit removed them since the caller read the table: committing now
@@ -645,54 +669,78 @@ def commit_files(
     fence: Fence,
     metadata: Mapping[str, str | int | bool],
     partition_by: Sequence[str] = (),
-    removes: Sequence[DataFile | str] = (),
+    removes: Sequence[DataFile | ActiveFile | str] = (),
+    deletes: Sequence[DeletedRows] = (),
     data_change: bool = True,
+    deletion_vectors: bool = False,
 ) -> int:
     """Commit written files to the Delta log under ``fence``; returns the version holding them.
 
-    The first commit creates the table with ``schema`` and ``partition_by``. ``overwrite``
-    removes every current file; ``removes`` (paths or DataFiles) are removed in the same
-    commit (copy-on-write) and must all still be in the version committed on, else
-    CommitConflictError (the caller re-plans from the new version). ``metadata`` goes into
-    commitInfo with the job, its generation and a commit id. ``data_change=False`` marks
-    every add and remove as a rearrangement of rows already in the table (compaction; Delta
-    protocol, "Add File and Remove File": streaming readers do not read such files again).
+    The first commit creates the table with ``schema`` and ``partition_by`` (with
+    ``deletion_vectors``, with the ``deletionVectors`` table feature: protocol 3/7, and
+    ``delta.enableDeletionVectors``). ``overwrite`` removes every current file;
+    ``removes`` (paths, DataFiles, or ActiveFiles, whose deletion vector must be
+    unchanged too) are removed in the same commit (copy-on-write) and must all still be in
+    the version committed on, else CommitConflictError (the caller re-plans from the new
+    version). ``deletes`` give files new deletion vectors (a
+    merge-on-read merge): each file must still have the DV it was planned on, else
+    CommitConflictError. ``metadata`` goes into commitInfo with the job, its generation and
+    a commit id. ``data_change=False`` marks every add and remove as a rearrangement of
+    rows already in the table (compaction; Delta protocol, "Add File and Remove File":
+    streaming readers do not read such files again).
 
     The commit is applied to the latest version V only if V records no newer generation
     of the job (FencedError), and only as version V + 1. When another writer took V + 1
     first (maintenance, or a new owner's claim), every precondition is checked again on
     the new latest version before trying again; when the outcome of an attempt is unknown
     (an I/O error after writing), the commit id tells whether it landed, so a commit is
-    never applied twice.
+    never applied twice. Commits that set a deletion vector or remove a file carrying one
+    are written by :func:`etl.delta.logfile.commit_actions` (delta-rs' actions cannot
+    carry a DV); the others by delta-rs.
     """
     location = normalize_location(location)
     if mode not in get_args(CommitMode):
         raise InvalidWriteOptionError(
             table=location, option="mode", reason=f"unknown mode {mode!r}"
         )
-    if mode == "overwrite" and removes:
+    if mode == "overwrite" and (removes or deletes):
         raise InvalidWriteOptionError(
             table=location, option="removes", reason="an overwrite removes every file already"
         )
     commit_id = uuid.uuid4().hex
-    properties = _properties(fence, {**metadata, META_COMMIT_ID: commit_id})
+    custom = {**metadata, META_COMMIT_ID: commit_id}
+    properties = _properties(fence, custom)
     adds = [_add_action(f, data_change=data_change) for f in files]
     if not DeltaTable.is_deltatable(location):
-        if removes:
+        if removes or deletes:
             raise CommitConflictError(
                 table=location, reason="there is no table to remove files from"
             )
         try:
-            create_table_with_add_actions(
-                location,
-                Schema.from_arrow(schema),
-                adds,
-                mode="error",
-                partition_by=list(partition_by) or None,
-                commit_properties=properties,
-            )
+            # Our own log writer's put-if-absent is the local file system's: tables on
+            # object stores are created without deletion vectors (merges copy on write).
+            if deletion_vectors and location.startswith("/"):
+                _commit_own(
+                    location,
+                    version=0,
+                    actions=_creation_actions(schema, partition_by),
+                    files=files,
+                    data_change=data_change,
+                    fence=fence,
+                    custom=custom,
+                    operation="CREATE TABLE",
+                )
+            else:
+                create_table_with_add_actions(
+                    location,
+                    Schema.from_arrow(schema),
+                    adds,
+                    mode="error",
+                    partition_by=list(partition_by) or None,
+                    commit_properties=properties,
+                )
             return 0
-        except DeltaError as exc:
+        except (DeltaError, OSError) as exc:
             if not DeltaTable.is_deltatable(location):
                 raise DeltaIOError(table=location, operation="create", reason=str(exc)) from exc
             if _landed(location, -1, commit_id) is not None:
@@ -717,6 +765,29 @@ def commit_files(
                 reason=f"{list(partition_by)} differs from the table's partition columns "
                 f"{table.metadata().partition_columns}",
             )
+        if deletes or (removes and has_deletion_vectors(table)):
+            try:
+                _commit_own(
+                    location,
+                    version=table.version() + 1,
+                    actions=_file_actions(
+                        location, table.version(), removes, deletes, data_change=data_change
+                    ),
+                    files=files,
+                    data_change=data_change,
+                    fence=fence,
+                    custom=custom,
+                    operation="MERGE" if deletes else "WRITE",
+                )
+            except FileExistsError:
+                _back_off(lost)
+                continue
+            except OSError as exc:
+                landed = _landed(location, table.version(), commit_id)
+                if landed is not None:
+                    return landed
+                raise DeltaIOError(table=location, operation="commit", reason=str(exc)) from exc
+            return table.version() + 1
         actions: list[AddAction | RemoveAction] = [
             *adds,
             *_remove_actions(table, location, removes, data_change=data_change),
@@ -743,6 +814,168 @@ def commit_files(
     )
 
 
+# -- own log commits (deletion vectors) ------------------------------------------------------
+
+
+def _creation_actions(schema: pa.Schema, partition_by: Sequence[str]) -> list[dict]:
+    """The protocol and metadata of a new table with deletion vectors (Delta protocol,
+    "Deletion Vectors": reader version 3 / writer version 7 with the table feature, and
+    ``delta.enableDeletionVectors`` for writers to use them)."""
+    features = [DELETION_VECTORS]
+    if any(pa.types.is_timestamp(f.type) and f.type.tz is None for f in schema):
+        features.append("timestampNtz")  # Delta protocol, "Timestamp without timezone"
+    return [
+        {
+            "protocol": {
+                "minReaderVersion": 3,
+                "minWriterVersion": 7,
+                "readerFeatures": features,
+                "writerFeatures": features,
+            }
+        },
+        {
+            "metaData": {
+                "id": str(uuid.uuid4()),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": Schema.from_arrow(schema).to_json(),
+                "partitionColumns": list(partition_by),
+                "configuration": {"delta.enableDeletionVectors": "true"},
+                "createdTime": int(time.time() * 1000),
+            }
+        },
+    ]
+
+
+def _file_actions(
+    location: str,
+    version: int,
+    removes: Sequence[DataFile | ActiveFile | str],
+    deletes: Sequence[DeletedRows],
+    *,
+    data_change: bool,
+) -> list[dict]:
+    """remove (and re-add) actions on the files of ``version``; CommitConflictError when a
+    file is gone or its deletion vector is not the one the commit was planned on."""
+    current = active_adds(location, version)
+    paths = [_path_of(remove) for remove in removes]
+    missing = [path for path in [*paths, *(d.path for d in deletes)] if path not in current]
+    # A file read with one deletion vector must not be removed or given a new DV on
+    # top of another: the rows deleted meanwhile would come back, or be lost.
+    planned = [(d.path, d.old) for d in deletes] + [
+        (r.path, r.deletion_vector) for r in removes if isinstance(r, ActiveFile)
+    ]
+    changed = [
+        path
+        for path, dv in planned
+        if path in current and _dv_id(deletion_vector(current[path])) != _dv_id(dv)
+    ]
+    if missing or changed:
+        # Another commit removed them or deleted rows of them since the caller read the
+        # table: committing now would lose that commit's rows or duplicate ours.
+        raise CommitConflictError(
+            table=location,
+            reason=f"files to remove or delete rows of changed since they were read: "
+            f"{missing + changed} (current version {version})",
+        )
+    now = int(time.time() * 1000)
+    actions = [_remove_json(current[path], data_change, now) for path in paths]
+    for deleted in deletes:
+        add = current[deleted.path]
+        actions.append(_remove_json(add, True, now))
+        # The same file with its new DV; statistics stay those of the physical file.
+        actions.append(
+            {"add": {**add, "dataChange": True, "deletionVector": deleted.new.to_json()}}
+        )
+    return actions
+
+
+def _remove_json(add: Mapping[str, Any], data_change: bool, now: int) -> dict:
+    """The remove of the logical file an ``add`` action made: its path and its deletion
+    vector, if any (Delta protocol, "Deletion Vectors")."""
+    body: dict[str, Any] = {
+        "path": add["path"],
+        "deletionTimestamp": now,
+        "dataChange": data_change,
+        "extendedFileMetadata": True,
+        "partitionValues": add.get("partitionValues") or {},
+        "size": add.get("size"),
+    }
+    if add.get("deletionVector"):
+        body["deletionVector"] = add["deletionVector"]
+    return {"remove": body}
+
+
+def _restore_actions(location: str, to_version: int, planned_at: int) -> list[dict]:
+    """The actions of a RESTORE of ``to_version`` on top of ``planned_at``: remove every
+    logical file (path and deletion vector) the target does not have, add back every one
+    it has and the current version does not. delta-rs' RESTORE re-adds a file whose
+    deletion vector changed since the target without any DV, which brings deleted rows
+    back."""
+    target = {_logical(a): a for a in active_adds(location, to_version).values()}
+    current = {_logical(a): a for a in active_adds(location, planned_at).values()}
+    now = int(time.time() * 1000)
+    return [_remove_json(a, True, now) for k, a in current.items() if k not in target] + [
+        {"add": {**a, "dataChange": True}} for k, a in target.items() if k not in current
+    ]
+
+
+def _logical(add: Mapping[str, Any]) -> tuple[str, str | None]:
+    return unquote(add["path"]), _dv_id(deletion_vector(add))
+
+
+def _path_of(remove: DataFile | ActiveFile | str) -> str:
+    return remove if isinstance(remove, str) else remove.path
+
+
+def _dv_id(dv: DeletionVector | None) -> str | None:
+    return None if dv is None else dv.unique_id
+
+
+def _commit_own(
+    location: str,
+    *,
+    version: int,
+    actions: list[dict],
+    files: Sequence[DataFile],
+    data_change: bool,
+    fence: Fence,
+    custom: Mapping[str, Any],
+    operation: str,
+    parameters: Mapping[str, Any] | None = None,
+) -> None:
+    """Write log entry ``version``: commitInfo (with ``custom`` and the fence's job and
+    generation, as :func:`_properties` gives delta-rs), ``actions``, the adds of ``files``
+    and the fence's app transaction. FileExistsError: another writer took the version."""
+    commit_info = {
+        "timestamp": int(time.time() * 1000),
+        "operation": operation,
+        "operationParameters": dict(parameters or {"mode": "Append"}),
+        "clientVersion": "delta-barrier",
+        **custom,
+        META_JOB: fence.job,
+        META_GENERATION: fence.generation,
+    }
+    adds = [
+        {
+            "add": {
+                "path": log_path(f.path),
+                "partitionValues": dict(f.partition_values),
+                "size": f.size,
+                "modificationTime": f.modification_time,
+                "dataChange": data_change,
+                "stats": f.stats,
+            }
+        }
+        for f in files
+    ]
+    # Delta protocol, "Transaction Identifiers"; delta-rs writes it exactly so.
+    txn = {"txn": {"appId": fence.app_id, "version": fence.generation}}
+    epoch = int(custom.get(META_EPOCH, -1))
+    maybe_crash("before_log_commit", job=fence.job, epoch=epoch)
+    commit_actions(location, version, [{"commitInfo": commit_info}, *actions, *adds, txn])
+    maybe_crash("after_log_commit", job=fence.job, epoch=epoch)
+
+
 def restore_table(
     location: str,
     *,
@@ -760,7 +993,9 @@ def restore_table(
     ``metadata`` in its commitInfo. ``to_version=None`` rolls back to empty (before version
     0, which RESTORE cannot reach): an overwrite commit that removes every file, marked
     with ``restored_to = BEFORE_FIRST_VERSION`` for :func:`~etl.delta.log.log_commits`.
-    Restoring the current version commits nothing. A RESTORE keeps app transactions.
+    Restoring the current version commits nothing. A RESTORE keeps app transactions. On a
+    table with deletion vectors the RESTORE commit is our own (:func:`_restore_actions`):
+    delta-rs' would drop the deletion vector of a file whose DV changed since the target.
     """
     location = normalize_location(location)
     table = open_table(location, version=planned_at, operation="restore")
@@ -784,6 +1019,30 @@ def restore_table(
                 partition_by=list(table.metadata().partition_columns) or None,
                 commit_properties=_properties(fence, custom),
             )
+        elif has_deletion_vectors(table):
+            if (
+                open_table(location, version=to_version).schema().to_json()
+                != table.schema().to_json()
+            ):
+                raise DeltaIOError(
+                    table=location,
+                    operation="restore",
+                    reason=f"the schema changed since version {to_version}",
+                )
+            try:
+                _commit_own(
+                    location,
+                    version=planned_at + 1,
+                    actions=_restore_actions(location, to_version, planned_at),
+                    files=(),
+                    data_change=True,
+                    fence=fence,
+                    custom=custom,
+                    operation="RESTORE",
+                    parameters={"version": to_version},
+                )
+            except FileExistsError as exc:
+                raise CommitFailedError(str(exc)) from exc
         else:
             table.restore(to_version, commit_properties=_properties(fence, custom))
     except CommitFailedError as exc:
@@ -792,7 +1051,7 @@ def restore_table(
             reason=f"the table moved past version {planned_at}, which the rollback was "
             "planned from",
         ) from exc
-    except DeltaError as exc:
+    except (DeltaError, OSError) as exc:
         raise DeltaIOError(table=location, operation="restore", reason=str(exc)) from exc
     return planned_at + 1
 
@@ -803,6 +1062,7 @@ __all__ = [
     "SMALL_OUTPUT_ROWS",
     "CommitMode",
     "DataFile",
+    "DeletedRows",
     "Fence",
     "claim_table",
     "collect_small",

@@ -26,6 +26,7 @@ from consistency import (
 )
 from etl.delta import (
     DataFile,
+    DeletedRows,
     Fence,
     commit_files,
     log_commits,
@@ -89,6 +90,8 @@ class PreparedWrite:
     files: tuple[DataFile, ...]
     removes: tuple[str, ...] = ()
     """Relative paths of the files the commit replaces (a merge's copy-on-write)."""
+    deletes: tuple[DeletedRows, ...] = ()
+    """Files whose rows of updated keys deletion vectors delete (a merge-on-read merge)."""
     rows: int = 0
     """Rows the commit adds for the batch (a merge: the rows upserted)."""
 
@@ -193,7 +196,7 @@ class EpochWriter:
         overwrites = mode == "overwrite" and table not in written.versions
         # Even a batch without rows commits to create a table that does not exist yet.
         exists = base is not None or table_exists(location)
-        if exists and not (prepared.files or prepared.removes or overwrites):
+        if exists and not (prepared.files or prepared.removes or prepared.deletes or overwrites):
             return written.counted(table)
         with self.clock.stage("commit"):
             return self.commit_prepared(
@@ -228,11 +231,13 @@ class EpochWriter:
                 keys=self.job.keys,
                 partition_by=self.job.partition_by,
                 file_prefix=name,
+                strategy=self.job.merge_strategy,
             )
             return PreparedWrite(
                 schema=schema,
                 files=tuple(merged.adds),
                 removes=tuple(merged.removes),
+                deletes=tuple(merged.deletes),
                 rows=merged.upserted,
             )
         if mode == "merge":
@@ -261,6 +266,7 @@ class EpochWriter:
             schema=prepared.schema,
             files=prepared.files,
             removes=prepared.removes,
+            deletes=prepared.deletes,
             part=part,
             final=final,
             overwrite=overwrite,
@@ -288,6 +294,7 @@ class EpochWriter:
         final: bool,
         overwrite: bool,
         audit: bool = False,
+        deletes: Sequence[DeletedRows] = (),
     ) -> int:
         """Commit written files of micro-batch ``part`` to ``table``; returns the version."""
         job = self.job
@@ -307,8 +314,13 @@ class EpochWriter:
                 mode="overwrite" if overwrite else "append",
                 partition_by=job.partition_by if table == job.output else (),
                 removes=removes,
+                deletes=deletes,
                 fence=self.fence,
                 metadata=metadata,
+                # A merge job's new table is created ready for merge-on-read.
+                deletion_vectors=table == job.output
+                and job.mode == "merge"
+                and job.merge_strategy == "deletion-vectors",
             )
         except SchemaMismatchError as exc:
             raise OutputSchemaError(job=job.name, epoch=self.batch.last, problem=str(exc)) from exc

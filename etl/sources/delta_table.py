@@ -42,14 +42,21 @@ class DeltaTableSource(Source):
         files = active_files(table)
         if from_version is not None:
             assert isinstance(from_version, int)
-            before = {f.path for f in active_files(open_table(self.path, version=from_version))}
+            before = {
+                f.path: f.deletion_vector
+                for f in active_files(open_table(self.path, version=from_version))
+            }
             after = {f.path for f in files}
-            removed = before - after
+            # A file whose deletion vector changed had rows deleted: not append-only either.
+            removed = set(before) - after | {
+                f.path for f in files if f.path in before and before[f.path] != f.deletion_vector
+            }
             if removed:
                 raise SourceError(
                     source=self.name,
                     problem=f"versions {from_version}..{to_version} of {self.path} removed "
-                    f"{len(removed)} file(s) (e.g. {sorted(removed)[0]}): the source must be "
+                    f"{len(removed)} file(s) or rows of them (e.g. {sorted(removed)[0]}): the "
+                    "source must be "
                     "append-only; read it with a snapshot job instead",
                 )
             files = [f for f in files if f.path not in before]

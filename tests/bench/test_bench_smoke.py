@@ -38,7 +38,7 @@ TINY = {
 EXPECTED = {
     "small_epoch": "one tiny epoch through one job:",
     "freshness": "freshness of the last table",
-    "merge_scaling": "merge job 5,000 / 2,000 rows:",
+    "merge_scaling": "deletion-vectors: merge job 5,000 / 2,000 rows:",
     "retention": "repeatable-read read of the latest cut",
     "takeover": "kill -9 -> next run's first sealed epoch:",
 }

@@ -274,3 +274,57 @@ def test_a_stopping_run_finishes_the_epochs_left_in_one_batch_per_job(tmp_path, 
     ]
     assert env.rows("copied", "id") == [(i,) for i in range(5)]
     assert env.catalog.latest_written(["copied"])["copied"].epoch == 5
+
+
+def test_merge_strategy_is_validated_naming_the_job():
+    with pytest.raises(PipelineDefinitionError, match=r"job 'j'.*'in-place'.*deletion-vectors"):
+        Pipeline("p").sql(
+            "j",
+            output="t",
+            query="SELECT 1",
+            inputs=["a"],
+            mode="merge",
+            keys=["k"],
+            merge_strategy="in-place",  # type: ignore[arg-type]
+        )
+
+
+@pytest.mark.parametrize("strategy", ["deletion-vectors", "copy-on-write"])
+def test_merge_jobs_by_deletion_vectors_or_copy_on_write(tmp_path, spark, monkeypatch, strategy):
+    import etl.delta.merge as merge_module
+    from etl.delta import active_files, open_table
+
+    # Past the small-table fast path (which rewrites every file) even for a few rows.
+    monkeypatch.setattr(merge_module, "REWRITE_ALL_BYTES", 0)
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    pipeline.sql(
+        "latest",
+        output="latest",
+        query="SELECT id, customer, amount FROM orders",
+        inputs=["orders"],
+        mode="merge",
+        keys=["id"],
+        merge_strategy=strategy,
+    )
+    env = Env(tmp_path, spark, pipeline)
+    env.drop([{"id": i, "customer": f"c{i}", "amount": 1.0} for i in range(20)])
+    assert env.runner.run_once().ok
+    env.drop(
+        [{"id": 3, "customer": "x", "amount": 2.0}, {"id": 30, "customer": "y", "amount": 2.0}]
+    )
+    assert env.runner.run_once().ok
+    env.drop([{"id": 3, "customer": "z", "amount": 3.0}, {"id": 4, "customer": "z", "amount": 3.0}])
+    assert env.runner.run_once().ok
+
+    expected = {i: (i, f"c{i}", 1.0, 1) for i in range(20)}
+    expected[3] = (3, "z", 3.0, 3)
+    expected[4] = (4, "z", 3.0, 3)
+    expected[30] = (30, "y", 2.0, 2)
+    assert env.rows("latest", "id", "customer", "amount", "_epoch") == sorted(expected.values())
+    table = open_table(env.catalog.get_table("latest").location)
+    deleting = [f for f in active_files(table) if f.deletion_vector is not None]
+    if strategy == "deletion-vectors":
+        assert "deletionVectors" in table.protocol().reader_features
+        assert sum(f.deletion_vector.cardinality for f in deleting) == 3  # 3 (twice) and 4
+    else:
+        assert table.protocol().min_reader_version == 1 and not deleting

@@ -1,0 +1,184 @@
+"""The Delta log's files read and written directly, where delta-rs does not expose or
+write what we need: deletion vectors.
+
+delta-rs' ``get_add_actions`` does not give a file's deletion vector, and its
+``AddAction``/``RemoveAction`` cannot carry one: a remove of a file with a DV written by
+delta-rs leaves the logical file active (Delta protocol, "Deletion Vectors": a logical
+file is identified by its path *and* its DV's unique id). So the active files' ``add``
+actions are replayed here from the newest checkpoint at or before a version plus the JSON
+commits after it (Delta protocol, "Action Reconciliation"), and commits that add a DV or
+remove a file carrying one are written here as newline-delimited JSON actions, put if
+absent (Delta protocol, "Delta Log Entries": a version is created at most once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from etl.delta.dv import DeletionVector
+from etl.delta.layout import filesystem
+from etl.errors import DeltaIOError
+
+LOG_DIR = "_delta_log"
+COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
+CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
+CRC_FILE = re.compile(r"^(\d{20})\.crc$")
+DELETION_VECTORS = "deletionVectors"
+"""The reader and writer table feature of deletion vectors (Delta protocol, "Table Features")."""
+
+
+def log_versions(fs: pafs.FileSystem, root: str) -> tuple[list[int], dict[int, float]]:
+    """(commit versions with a JSON entry, {checkpoint version: its file's mtime})."""
+    commits: list[int] = []
+    checkpoints: dict[int, float] = {}
+    for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}", allow_not_found=True)):
+        if match := COMMIT_FILE.match(info.base_name):
+            commits.append(int(match.group(1)))
+        elif match := CHECKPOINT_FILE.match(info.base_name):
+            mtime = info.mtime.timestamp() if info.mtime else 0.0
+            checkpoints[int(match.group(1))] = max(checkpoints.get(int(match.group(1)), 0.0), mtime)
+    return sorted(commits), checkpoints
+
+
+def read_actions(fs: pafs.FileSystem, root: str, version: int) -> list[dict]:
+    """The actions of commit ``version`` (FileNotFoundError when it has no JSON entry)."""
+    with fs.open_input_stream(f"{root}/{LOG_DIR}/{version:020d}.json") as stream:
+        text = stream.read().decode()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One commit of the log: the files it adds and removes, and whether the version it
+    makes holds the same rows as the one before."""
+
+    files: tuple[tuple[str, str, str | None], ...]
+    """(``add`` or ``remove``, decoded path, the relative path of its DV file or None)."""
+    same_rows: bool
+    """Every file it adds or removes has dataChange false (compaction; Delta protocol, "Add
+    File and Remove File"), or it has none (a job's claim), and it changes no schema or
+    protocol."""
+
+
+def log_entry(fs: pafs.FileSystem, root: str, version: int) -> LogEntry:
+    files = []
+    data_change = False
+    other = False
+    for action in read_actions(fs, root, version):
+        other = other or "metaData" in action or "protocol" in action
+        for kind in ("add", "remove"):
+            if kind in action:
+                body = action[kind]
+                files.append((kind, unquote(body["path"]), _dv_file(body)))
+                data_change = data_change or body.get("dataChange", True) is not False
+    return LogEntry(tuple(files), not data_change and not other)
+
+
+def _dv_file(body: Mapping) -> str | None:
+    descriptor = body.get("deletionVector")
+    return None if not descriptor else DeletionVector.from_json(descriptor).relative_path()
+
+
+def deletion_vector(add: Mapping) -> DeletionVector | None:
+    """The DV of a replayed ``add`` action, if it has one."""
+    descriptor = add.get("deletionVector")
+    return None if not descriptor else DeletionVector.from_json(descriptor)
+
+
+def active_adds(location: str, version: int) -> dict[str, dict]:
+    """The ``add`` actions of the files active at ``version``, by decoded path, replayed
+    from the newest checkpoint at or before it and the JSON commits after it."""
+    fs, root = filesystem(location)
+    commits, checkpoints = log_versions(fs, root)
+    start = max((v for v in checkpoints if v <= version), default=None)
+    adds: dict[str, dict] = {} if start is None else _checkpoint_adds(fs, root, start)
+    first = 0 if start is None else start + 1
+    missing = [v for v in range(first, version + 1) if v not in set(commits)]
+    if missing:
+        raise DeltaIOError(
+            table=location,
+            operation="read log",
+            reason=f"log entries {missing[:5]} of version {version} are gone",
+        )
+    for v in range(first, version + 1):
+        for action in read_actions(fs, root, v):
+            if "add" in action:
+                adds[unquote(action["add"]["path"])] = action["add"]
+            elif "remove" in action:
+                adds.pop(unquote(action["remove"]["path"]), None)
+    return adds
+
+
+def _checkpoint_adds(fs: pafs.FileSystem, root: str, version: int) -> dict[str, dict]:
+    adds: dict[str, dict] = {}
+    prefix = f"{version:020d}.checkpoint"
+    for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}")):
+        if not (info.base_name.startswith(prefix) and info.base_name.endswith(".parquet")):
+            continue
+        table = pq.read_table(info.path, filesystem=fs, columns=["add"])
+        for row in table.column("add").to_pylist():
+            if row is None:
+                continue
+            add = {k: v for k, v in row.items() if v is not None}
+            # A map column reads back as (key, value) pairs.
+            values = add.get("partitionValues") or []
+            add["partitionValues"] = dict(values) if isinstance(values, list) else values
+            if "deletionVector" in add:
+                add["deletionVector"] = {
+                    k: v for k, v in add["deletionVector"].items() if v is not None
+                }
+            adds[unquote(add["path"])] = add
+    return adds
+
+
+def commit_actions(location: str, version: int, actions: Sequence[Mapping]) -> None:
+    """Create log entry ``version`` holding ``actions``, only if it does not exist:
+    FileExistsError when another writer created it first (the caller re-plans).
+
+    Local file systems only: a temporary file in ``_delta_log`` hard-linked to the entry's
+    name, which fails if the name exists (what delta-rs does for local storage). Object
+    stores need their own conditional put; callers keep to delta-rs there.
+    """
+    if not location.startswith("/"):
+        raise DeltaIOError(
+            table=location,
+            operation="commit",
+            reason="own log commits (deletion vectors) need a local table",
+        )
+    directory = os.path.join(location, LOG_DIR)
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, f".{version:020d}.json.{uuid.uuid4().hex}.tmp")
+    with open(temporary, "w", encoding="utf-8") as out:
+        for action in actions:
+            out.write(json.dumps(action, separators=(",", ":")) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    try:
+        os.link(temporary, os.path.join(directory, f"{version:020d}.json"))
+    finally:
+        os.unlink(temporary)
+
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "COMMIT_FILE",
+    "CRC_FILE",
+    "DELETION_VECTORS",
+    "LOG_DIR",
+    "LogEntry",
+    "active_adds",
+    "commit_actions",
+    "deletion_vector",
+    "log_entry",
+    "log_versions",
+    "read_actions",
+]
