@@ -31,7 +31,7 @@ from etl.delta.log import (
     has_deletion_vectors,
     open_table,
 )
-from etl.delta.read import FILE_PATH_COLUMN, ROW_INDEX_COLUMN, scan, spark_schema
+from etl.delta.read import FILE_PATH_COLUMN, ROW_INDEX_COLUMN, arrow_rows, scan, spark_schema
 from etl.delta.write import (
     SMALL_OUTPUT_ROWS,
     DataFile,
@@ -65,8 +65,7 @@ MERGE_STRATEGIES: tuple[str, ...] = get_args(MergeStrategy)
 
 _log = logging.getLogger(__name__)
 _told_copy_on_write: set[str] = set()
-_UPDATE = "__delta_barrier_update"
-_KEY_UPDATES = "__delta_barrier_key_updates"
+_ROW = "__delta_barrier_row"
 
 
 @dataclass(frozen=True)
@@ -202,47 +201,51 @@ class _Merge:
 
     def rewrite_all(self, updates: DataFrame, collect_rows: int) -> MergeWrite | None:
         """Every file replaced by the table's rows minus the updated keys plus the updates;
-        None when that is more than ``collect_rows`` rows."""
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
+        None when the updates or the result are more than ``collect_rows`` rows, or the keys
+        cannot be joined in Arrow (the caller then merges in Spark).
 
-        columns = self.columns(self.names)
-        # One pass over the table and the updates together: a window per key counts the
-        # updates of that key, which drops the table's row of an updated key and shows a
-        # duplicate update, so the updates are computed once, without caching.
-        marked = (
-            scan(self.spark, self.location, self.table, self.files)
-            .select(*columns, F.lit(False).alias(_UPDATE))
-            .unionAll(updates.select(*columns, F.lit(True).alias(_UPDATE)))
-        )
-        key_updates = F.sum(F.col(_UPDATE).cast("int")).over(
-            Window.partitionBy(*self.columns(self.keys))
-        )
-        frame = marked.withColumn(
-            _KEY_UPDATES, F.when(self.any_null_key(), F.lit(0)).otherwise(key_updates)
-        ).where(F.col(_UPDATE) | (F.col(_KEY_UPDATES) == 0))
-        rows = collect_small(frame, collect_rows)
+        The table is small (at most ``REWRITE_ALL_BYTES``), so only the updates are
+        computed by Spark, in one job collected to the driver; the table's rows are read
+        by delta-rs (deletion vectors applied) and the upsert is an Arrow anti-join on the
+        keys: no second Spark job, shuffle or window over the table.
+        """
+        rows = collect_small(updates.select(*self.columns(self.names)), collect_rows)
         if rows is None:
             return None
-        update = rows[_UPDATE]
-        upserted = pc.sum(pc.cast(update, pa.int64())).as_py() or 0
+        if rows.num_rows == 0:
+            return MergeWrite(adds=[], removes=[], upserted=0)
+        keyed = rows.select(self.keys).filter(
+            reduce(pc.and_, [pc.is_valid(rows[k]) for k in self.keys])
+        )
         if self.check_unique_keys:
-            duplicates = rows.filter(pc.and_(update, pc.greater(rows[_KEY_UPDATES], 1)))
+            counts = keyed.group_by(self.keys).aggregate([([], "count_all")])
+            duplicates = counts.filter(pc.greater(counts["count_all"], 1))
             if duplicates.num_rows:
                 raise DuplicateMergeKeyError(
                     table=self.location,
                     keys=self.keys,
                     example={k: duplicates[k][0].as_py() for k in self.keys},
                 )
-        if upserted == 0:
-            return MergeWrite(adds=[], removes=[], upserted=0)
-        adds = write_arrow(
-            rows.drop_columns([_UPDATE, _KEY_UPDATES]),
-            self.location,
-            partition_by=self.partition_by,
-            file_prefix=self.file_prefix,
+        # Every column optional, as write_arrow writes them; the table's rows in the
+        # updates' types (delta-rs may give string views or dictionary partition values).
+        schema = pa.schema([f.with_nullable(True) for f in rows.schema])
+        current = arrow_rows(self.table, self.location).select(self.names)
+        # Only the keys and a row number go through the join (Arrow joins no nested
+        # columns); null keys match nothing (SQL equality), as in Arrow's hash join.
+        numbered = current.select(self.keys).append_column(
+            _ROW, pa.array(range(current.num_rows), pa.int64())
         )
-        return MergeWrite(adds=adds, removes=[f.path for f in self.files], upserted=upserted)
+        try:
+            kept = numbered.join(keyed, keys=self.keys, join_type="left anti")
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+            return None
+        if kept.num_rows + rows.num_rows > collect_rows:
+            return None
+        merged = pa.concat_tables([current.take(kept[_ROW]).cast(schema), rows.cast(schema)])
+        adds = write_arrow(
+            merged, self.location, partition_by=self.partition_by, file_prefix=self.file_prefix
+        )
+        return MergeWrite(adds=adds, removes=[f.path for f in self.files], upserted=rows.num_rows)
 
     def rewrite_touched(
         self, updates: DataFrame, *, collect_rows: int, rewrite_all_bytes: int

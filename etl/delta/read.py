@@ -284,6 +284,17 @@ def read_arrow(
     location = normalize_location(location)
     table = open_table(location, version=version)
     check_supported(table, location)
+    return arrow_rows(table, location, columns=columns, filter_epochs=filter_epochs)
+
+
+def arrow_rows(
+    table: DeltaTable,
+    location: str,
+    *,
+    columns: Sequence[str] | None = None,
+    filter_epochs: tuple[int, int] | None = None,
+) -> pa.Table:
+    """:func:`read_arrow` of a table already opened (and checked) at its version."""
     filters = (
         [(EPOCH_COLUMN, ">=", filter_epochs[0]), (EPOCH_COLUMN, "<=", filter_epochs[1])]
         if filter_epochs is not None
@@ -326,6 +337,7 @@ def read_pandas(
 __all__ = [
     "FILE_PATH_COLUMN",
     "ROW_INDEX_COLUMN",
+    "arrow_rows",
     "read_arrow",
     "read_epochs",
     "read_pandas",
