@@ -229,7 +229,7 @@ class _Merge:
         # Every column optional, as write_arrow writes them; the table's rows in the
         # updates' types (delta-rs may give string views or dictionary partition values).
         schema = pa.schema([f.with_nullable(True) for f in rows.schema])
-        current = arrow_rows(self.table, self.location).select(self.names)
+        current = arrow_rows(self.table, self.location).select(self.names).cast(schema)
         # Only the keys and a row number go through the join (Arrow joins no nested
         # columns); null keys match nothing (SQL equality), as in Arrow's hash join.
         numbered = current.select(self.keys).append_column(
@@ -241,7 +241,7 @@ class _Merge:
             return None
         if kept.num_rows + rows.num_rows > collect_rows:
             return None
-        merged = pa.concat_tables([current.take(kept[_ROW]).cast(schema), rows.cast(schema)])
+        merged = pa.concat_tables([current.take(kept[_ROW]), rows.cast(schema)])
         adds = write_arrow(
             merged, self.location, partition_by=self.partition_by, file_prefix=self.file_prefix
         )

@@ -289,13 +289,19 @@ def test_merge_strategy_is_validated_naming_the_job():
         )
 
 
-@pytest.mark.parametrize("strategy", ["deletion-vectors", "copy-on-write"])
-def test_merge_jobs_by_deletion_vectors_or_copy_on_write(tmp_path, spark, monkeypatch, strategy):
+@pytest.mark.parametrize(
+    ("strategy", "small_table_path"),
+    [("deletion-vectors", False), ("copy-on-write", False), ("deletion-vectors", True)],
+)
+def test_merge_jobs_by_deletion_vectors_or_copy_on_write(
+    tmp_path, spark, monkeypatch, strategy, small_table_path
+):
     import etl.delta.merge as merge_module
     from etl.delta import active_files, open_table
 
-    # Past the small-table fast path (which rewrites every file) even for a few rows.
-    monkeypatch.setattr(merge_module, "REWRITE_ALL_BYTES", 0)
+    if not small_table_path:
+        # Past the small-table fast path (which rewrites every file) even for a few rows.
+        monkeypatch.setattr(merge_module, "REWRITE_ALL_BYTES", 0)
     pipeline = orders_pipeline(tmp_path / "incoming")
     pipeline.sql(
         "latest",
@@ -323,7 +329,9 @@ def test_merge_jobs_by_deletion_vectors_or_copy_on_write(tmp_path, spark, monkey
     assert env.rows("latest", "id", "customer", "amount", "_epoch") == sorted(expected.values())
     table = open_table(env.catalog.get_table("latest").location)
     deleting = [f for f in active_files(table) if f.deletion_vector is not None]
-    if strategy == "deletion-vectors":
+    if small_table_path:  # every file rewritten: nothing to delete by deletion vector
+        assert "deletionVectors" in table.protocol().reader_features and not deleting
+    elif strategy == "deletion-vectors":
         assert "deletionVectors" in table.protocol().reader_features
         assert sum(f.deletion_vector.cardinality for f in deleting) == 3  # 3 (twice) and 4
     else:
