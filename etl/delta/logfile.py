@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,9 @@ LOG_DIR = "_delta_log"
 COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
 CRC_FILE = re.compile(r"^(\d{20})\.crc$")
+CHECKPOINT_INTERVAL = 100
+"""Versions between checkpoints of our own commits: the default of the table property
+``delta.checkpointInterval`` (Delta protocol, "Checkpoints"), which delta-rs follows."""
 DELETION_VECTORS = "deletionVectors"
 """The reader and writer table feature of deletion vectors (Delta protocol, "Table Features")."""
 
@@ -96,7 +100,60 @@ def deletion_vector(add: Mapping) -> DeletionVector | None:
 
 def active_adds(location: str, version: int) -> dict[str, dict]:
     """The ``add`` actions of the files active at ``version``, by decoded path, replayed
-    from the newest checkpoint at or before it and the JSON commits after it."""
+    from the newest checkpoint at or before it and the JSON commits after it.
+
+    A version's active files never change, so the newest replay of each table is kept:
+    a later version only replays the commits after it (a job reads its input at each
+    new sealed version; without this every read replayed the log since the checkpoint).
+    """
+    with _replays_lock:
+        known = _replays.get(location)
+    adds = None
+    if (
+        known is not None
+        and known.version <= version
+        and known.stamp == _stamp(location, known.version)
+    ):
+        try:
+            adds = _replay(location, dict(known.adds), known.version + 1, version)
+        except FileNotFoundError:  # entries after the kept replay were cleaned up
+            adds = None
+    if adds is None:
+        adds = _full_replay(location, version)
+    stamp = _stamp(location, version)
+    with _replays_lock:
+        kept = _replays.get(location)
+        if stamp is not None and (kept is None or kept.version <= version):
+            if kept is None and len(_replays) >= _REPLAYS_KEPT:
+                _replays.pop(next(iter(_replays)))
+            _replays[location] = _Replay(version, stamp, adds)
+    return dict(adds)
+
+
+@dataclass(frozen=True)
+class _Replay:
+    version: int
+    stamp: tuple[int, int]
+    """(mtime_ns, size) of the version's log entry: a table deleted and created again at
+    the same place has other entries, and its replay starts afresh."""
+    adds: dict[str, dict]
+
+
+def _stamp(location: str, version: int) -> tuple[int, int] | None:
+    try:
+        info = os.stat(os.path.join(location, LOG_DIR, f"{version:020d}.json"))
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size
+
+
+_REPLAYS_KEPT = 64
+"""Tables whose newest replay :func:`active_adds` keeps (the oldest kept is dropped)."""
+_replays: dict[str, _Replay] = {}
+_replays_lock = threading.Lock()
+
+
+def _full_replay(location: str, version: int) -> dict[str, dict]:
     fs, root = filesystem(location)
     commits, checkpoints = log_versions(fs, root)
     start = max((v for v in checkpoints if v <= version), default=None)
@@ -109,7 +166,13 @@ def active_adds(location: str, version: int) -> dict[str, dict]:
             operation="read log",
             reason=f"log entries {missing[:5]} of version {version} are gone",
         )
-    for v in range(first, version + 1):
+    return _replay(location, adds, first, version)
+
+
+def _replay(location: str, adds: dict[str, dict], first: int, last: int) -> dict[str, dict]:
+    """``adds`` (changed in place) after the JSON commits ``first`` to ``last``."""
+    fs, root = filesystem(location)
+    for v in range(first, last + 1):
         for action in read_actions(fs, root, v):
             if "add" in action:
                 adds[unquote(action["add"]["path"])] = action["add"]
@@ -170,6 +233,7 @@ def commit_actions(location: str, version: int, actions: Sequence[Mapping]) -> N
 
 __all__ = [
     "CHECKPOINT_FILE",
+    "CHECKPOINT_INTERVAL",
     "COMMIT_FILE",
     "CRC_FILE",
     "DELETION_VECTORS",

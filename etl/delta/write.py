@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import random
 import re
 import time
@@ -68,7 +69,13 @@ from etl.delta.log import (
     history,
     open_table,
 )
-from etl.delta.logfile import DELETION_VECTORS, active_adds, commit_actions, deletion_vector
+from etl.delta.logfile import (
+    CHECKPOINT_INTERVAL,
+    DELETION_VECTORS,
+    active_adds,
+    commit_actions,
+    deletion_vector,
+)
 from etl.errors import (
     CommitConflictError,
     DeltaIOError,
@@ -77,6 +84,8 @@ from etl.errors import (
     SchemaMismatchError,
 )
 from etl.faults import maybe_crash
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -974,6 +983,14 @@ def _commit_own(
     maybe_crash("before_log_commit", job=fence.job, epoch=epoch)
     commit_actions(location, version, [{"commitInfo": commit_info}, *actions, *adds, txn])
     maybe_crash("after_log_commit", job=fence.job, epoch=epoch)
+    if version > 0 and version % CHECKPOINT_INTERVAL == 0:
+        # delta-rs checkpoints after its own commits at this interval (a post-commit
+        # hook); without it a table merged only by deletion vectors would never get a
+        # checkpoint and every open would replay its whole log.
+        try:
+            open_table(location, version=version, operation="checkpoint").create_checkpoint()
+        except (DeltaIOError, DeltaError) as exc:  # an optimization: the commit stands
+            _log.warning("no checkpoint at version %s of %s: %s", version, location, exc)
 
 
 def restore_table(

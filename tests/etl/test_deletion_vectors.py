@@ -394,3 +394,50 @@ def test_vacuum_keeps_the_deletion_vector_files_kept_versions_need(spark, tmp_pa
     os.rename(f"{location}/{next(iter(current))}", f"{location}/moved.bin")
     with pytest.raises(Exception):  # noqa: B017 - any reader error; never stale rows
         _ours(spark, location)
+
+
+def test_the_log_replay_kept_per_table_follows_new_versions_and_a_recreated_table(spark, tmp_path):
+    import shutil
+
+    location = str(tmp_path / "t")
+    version = _table(spark, location)
+    version = _merge_commit(spark, location, version, _rows([1, 2], 2), 2)
+    first = {f.path: f.deletion_vector for f in active_files(open_table(location))}
+    assert any(first.values())
+    # A later version replays only the commits after the kept one: same as from scratch.
+    version = _merge_commit(spark, location, version, _rows([3, 250], 3), 3)
+    later = {f.path: f.deletion_vector for f in active_files(open_table(location))}
+    assert later != first
+    assert _ours(spark, location) == sorted(
+        {
+            **{r[0]: r for r in _rows(range(300), 1)},
+            **{r[0]: r for r in _rows([1, 2], 2)},
+            **{r[0]: r for r in _rows([3, 250], 3)},
+        }.values()
+    )
+    # Deleted and created again at the same place, at a version past the kept replay:
+    # nothing of the old table's files may survive in the new one's.
+    shutil.rmtree(location)
+    version = _table(spark, location, ids=range(1000, 1010), files=1)
+    for epoch in range(2, 5):
+        version = _merge_commit(spark, location, version, _rows([1000 + epoch], epoch), epoch)
+    assert version >= 3
+    recreated = active_files(open_table(location))
+    assert not set(later) & {f.path for f in recreated}
+    assert sorted(r[0] for r in _ours(spark, location)) == list(range(1000, 1010))
+
+
+def test_own_log_commits_write_checkpoints_at_the_interval(spark, tmp_path, monkeypatch):
+    import etl.delta.write as write_module
+
+    monkeypatch.setattr(write_module, "CHECKPOINT_INTERVAL", 2)
+    location = str(tmp_path / "t")
+    version = _table(spark, location)
+    for epoch in range(2, 5):
+        version = _merge_commit(spark, location, version, _rows([epoch], epoch), epoch)
+    checkpoints = sorted(
+        p.name for p in (tmp_path / "t" / "_delta_log").glob("*.checkpoint.parquet")
+    )
+    assert checkpoints == [f"{v:020d}.checkpoint.parquet" for v in range(2, version + 1, 2)]
+    # Read from the checkpoint on: the deletion vectors are in it.
+    assert sorted(r[0] for r in _ours(spark, location)) == list(range(300))
