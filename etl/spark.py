@@ -144,7 +144,8 @@ def check_master(master: str) -> None:
 
 
 SMALL_BATCH_BYTES = 8 * 1024 * 1024
-"""A batch whose inputs hold at most this many bytes runs with :data:`SMALL_BATCH_CONF`."""
+"""A batch whose input tables hold at most this many bytes runs with
+:data:`SMALL_BATCH_CONF`."""
 
 SMALL_BATCH_CONF = {
     # Adaptive execution submits every shuffle stage as a job of its own and re-plans in

@@ -63,8 +63,10 @@ def _names(sql: str, table: str) -> bool:
 
 
 def _size_session(session: SparkSession, inputs: list[DataFrame]) -> None:
-    """Small inputs (by the optimizer's size estimate of each input: planning, no job) run
-    with the small-batch settings; any unknown or large input keeps Spark's defaults."""
+    """Small input tables (by the optimizer's size estimate of each input: planning, no
+    job; for Delta files it is their size) run with the small-batch settings; any unknown
+    or large input keeps Spark's defaults. Not for sources: a Kafka slice's plan (a range
+    of tasks expanded by mapInArrow) is estimated at a few bytes whatever it reads."""
     total = 0
     for frame in inputs:
         total += estimated_bytes(frame)
@@ -202,8 +204,6 @@ class EpochEngine:
                 final = index == len(parts) - 1
                 with clock.stage("read"):
                     data = job.source.read(session, part, epoch=batch.last)
-                    if index == 0:
-                        _size_session(session, [data.rows])
                 with clock.stage("transform"):
                     rows = self._transform(
                         job, session, batch, epoch.barrier_ts, {job.source.name: data.rows}
