@@ -502,6 +502,10 @@ def main() -> None:
             **runner_options,  # type: ignore[arg-type]
         )
         runner.register()
+        print(
+            f"runner: {runner.max_parallel_jobs} batches at once, backlog threshold "
+            f"{runner.backlog_threshold}"
+        )
         batches.observe_starts(runner)
         stop = threading.Event()
         outcome: dict[str, object] = {}

@@ -3,13 +3,14 @@
 - :func:`parse_level`: a consistency level from what a user typed.
 - :func:`check_transition`, :func:`global_state`: the epoch state machine.
 - :func:`resolve_snapshot`: the Delta version of each table for a read at a level.
-- :func:`plan_batches`, :func:`pending_epochs`: barrier alignment and backlog batching.
+- :func:`plan_batches`, :func:`pending_epochs`: barrier alignment and backlog batching;
+  :func:`admission_order`: which runnable batch runs first.
 - :func:`plan_recovery`: what to seal, roll back and replay after a crash.
 
 No Spark and no database here: the catalog and the etl layer supply the inputs.
 """
 
-from consistency.alignment import PendingEpochs, pending_epochs, plan_batches
+from consistency.alignment import PendingEpochs, admission_order, pending_epochs, plan_batches
 from consistency.errors import (
     BatchPlanError,
     ConsistencyError,
@@ -85,6 +86,7 @@ __all__ = [
     "check_transition",
     "global_state",
     "parse_level",
+    "admission_order",
     "pending_epochs",
     "plan_batches",
     "plan_recovery",

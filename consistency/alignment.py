@@ -154,3 +154,20 @@ def plan_batches(
         batches.append(EpochBatch(own[start], own[end]))
         start = end + 1
     return batches
+
+
+def admission_order(ready: Mapping[str, EpochBatch], lineage: Sequence[str]) -> list[str]:
+    """The order in which jobs with a runnable batch get a free slot: the oldest epoch
+    first and, among batches starting at the same epoch, the job furthest downstream
+    (latest in ``lineage``, an upstream-first order of the pipeline's jobs).
+
+    With batches bounded to the cores, this lets an epoch leave a chain of jobs before
+    the next epoch enters it: the lag of each epoch is the chain's run time, not the
+    chain's run time stretched by every other job running at once. Starvation cannot
+    occur: a job's epochs only become runnable when a job upstream of it sealed them.
+    """
+    depth = {job: index for index, job in enumerate(lineage)}
+    unknown = [job for job in ready if job not in depth]
+    if unknown:
+        raise BatchPlanError(f"jobs {sorted(unknown)} are not in the lineage {list(lineage)}")
+    return sorted(ready, key=lambda job: (ready[job].first, -depth[job]))

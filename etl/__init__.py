@@ -58,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "SourceError": "etl.errors",
     "SqlTablesError": "etl.errors",
     "TransformError": "etl.errors",
+    "UsageError": "etl.errors",
 }
 
 __all__ = list(_EXPORTS)

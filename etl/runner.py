@@ -1,10 +1,13 @@
 """The runner: registers a pipeline, recovers it, opens epochs and runs every job until
 all are caught up, in lineage order, with barrier alignment.
 
-Every job runs in its own worker thread of one Spark application, so a slow job never
-holds back the epochs of the jobs upstream of it (barriers do not wait for the slowest
-consumer). A job's worker runs its runnable batches one after another and re-plans
-after each; a worker that has nothing to do waits until another job seals something.
+Every batch runs in a worker thread of one Spark application. A batch's fixed cost is
+driver CPU (Spark planning, scheduling and committing), so batches beyond the cores only
+stretch each other: the runner runs at most ``max_parallel_jobs`` at once (default: the
+cores this process may use), the oldest epoch first and, among equals, the job furthest
+downstream, so that an epoch leaves the chain before the next one enters it. A batch
+that has run longer than ``slow_batch_seconds`` no longer counts against that limit, so
+a slow job never holds back the epochs of the jobs upstream of it.
 """
 
 from __future__ import annotations
@@ -32,18 +35,19 @@ from catalog import (
     LeaseHeldError,
     UnknownTableError,
 )
-from consistency import EpochBatch, plan_batches
+from consistency import EpochBatch, admission_order, plan_batches
 from etl.engine import BatchResult, EpochEngine, RecoveryStep, StepAction, recover
-from etl.errors import ExitCode, InternalError, JobError, PipelineBusyError
+from etl.errors import ExitCode, InternalError, JobError, PipelineBusyError, UsageError
 from etl.leases import LeaseKeeper, make_owner, owner_state
 from etl.pipeline import Job, Pipeline
 from etl.retention.gate import BatchGate
+from etl.scheduling import (
+    DEFAULT_LEASE_TTL_SECONDS,
+    DEFAULT_SLOW_BATCH_SECONDS,
+    default_parallel_batches,
+)
 
 log = logging.getLogger(__name__)
-
-
-DEFAULT_LEASE_TTL_SECONDS = 15.0
-"""A live run renews its leases every ttl/3 seconds; a dead one's lapse within this."""
 
 
 @dataclass(frozen=True)
@@ -168,8 +172,15 @@ class Runner:
         lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS,
         backlog_threshold: int | None = 10,
         max_parallel_jobs: int | None = None,
+        slow_batch_seconds: float = DEFAULT_SLOW_BATCH_SECONDS,
         on_batch: ProgressCallback | None = None,
     ) -> None:
+        for name, value in (
+            ("max_parallel_jobs", max_parallel_jobs),
+            ("slow_batch_seconds", slow_batch_seconds),
+        ):
+            if value is not None and value <= 0:
+                raise UsageError(f"Runner({name}={value!r}): give a positive number")
         self.pipeline = pipeline
         self.catalog = catalog
         self.warehouse = str(warehouse)
@@ -177,7 +188,8 @@ class Runner:
         self.owner = owner or make_owner()
         self.lease_ttl_seconds = lease_ttl_seconds
         self.backlog_threshold = backlog_threshold
-        self.max_parallel_jobs = max_parallel_jobs
+        self.max_parallel_jobs = max_parallel_jobs or default_parallel_batches()
+        self.slow_batch_seconds = slow_batch_seconds
         self.on_batch = on_batch
         self.engine = EpochEngine(pipeline=pipeline, catalog=catalog, spark=spark)
         self._keeper: LeaseKeeper | None = None
@@ -428,46 +440,74 @@ class Runner:
                 self.on_batch(result)
             return result
 
-        running: dict[Future[BatchResult], tuple[Job, EpochBatch]] = {}
+        running: dict[Future[BatchResult], tuple[Job, EpochBatch, float]] = {}
         own_tables = {t for job in jobs for t in self.pipeline.tables_of(job)}
         consumers = {
             table: [j.name for j in jobs if any(i.table == table for i in j.inputs)]
             for table in own_tables
         }
+        by_name = {job.name: job for job in jobs}
         # Jobs that may have a new runnable batch: all at first; then a job whose batch
         # ended and the jobs reading its tables, and source jobs when an epoch opens.
         # The others are not planned again (planning costs catalog round trips): epochs
         # belong to the pipeline, so only its own jobs make another job's epochs runnable.
         dirty = {job.name for job in jobs}
-        with ThreadPoolExecutor(
-            # One worker per job by default: a job never waits for a slot behind the jobs
-            # downstream of it, so a long chain does not hold back its root.
-            max_workers=self.max_parallel_jobs or max(1, len(jobs)),
-            thread_name_prefix="job",
-        ) as pool:
+        ready: dict[str, EpochBatch] = {}
+        """The next batch of each job that is runnable but waits for a free slot."""
+        draining = False
+
+        def holding_slots(now: float) -> list[float]:
+            """When each running batch that still counts against the limit stops counting."""
+            return [
+                started + self.slow_batch_seconds
+                for _, _, started in running.values()
+                if now - started < self.slow_batch_seconds
+            ]
+
+        # One thread per job: a slow batch that stopped counting still has its thread.
+        with ThreadPoolExecutor(max_workers=max(1, len(jobs)), thread_name_prefix="job") as pool:
             while True:
                 if opening() and time.monotonic() >= next_epoch_at:
                     opened.append(self.open_epoch())
                     next_epoch_at = time.monotonic() + (epoch_interval or 0.0)
                     dirty |= {job.name for job in jobs if not job.inputs}
-                busy = {job.name for job, _ in running.values()}
+                if stop is not None and stop.is_set() and not draining:
+                    draining = True  # re-plan what waits: every pending epoch in one batch
+                    dirty |= set(ready)
+                busy = {job.name for job, _, _ in running.values()}
                 for job in jobs:
                     if job.name in busy or job.name in stopped or job.name not in dirty:
                         continue
                     dirty.discard(job.name)
-                    batches = self.plan(job, draining=stop is not None and stop.is_set())
+                    batches = self.plan(job, draining=draining)
                     if batches:
-                        running[pool.submit(run_one, job, batches[0])] = (job, batches[0])
+                        ready[job.name] = batches[0]
+                    else:
+                        ready.pop(job.name, None)
+                now = time.monotonic()
+                holding = len(holding_slots(now))
+                for name in admission_order(ready, list(by_name)):
+                    if holding >= self.max_parallel_jobs:
+                        break
+                    batch = ready.pop(name)
+                    job = by_name[name]
+                    running[pool.submit(run_one, job, batch)] = (job, batch, now)
+                    holding += 1
                 if not running and not opening():
                     break
-                timeout = max(0.0, next_epoch_at - time.monotonic()) if opening() else None
+                wake_at = []
+                if opening():
+                    wake_at.append(next_epoch_at)
+                if ready:
+                    wake_at.extend(holding_slots(now))  # a slot frees when a batch turns slow
+                timeout = max(0.0, min(wake_at) - time.monotonic()) if wake_at else None
                 if not running:
                     assert stop is not None and timeout is not None
-                    stop.wait(max(0.0, next_epoch_at - time.monotonic()))
+                    stop.wait(timeout)
                     continue
                 finished, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
                 for future in finished:
-                    job, batch = running.pop(future)
+                    job, batch, _ = running.pop(future)
                     dirty.add(job.name)
                     dirty |= {c for t in self.pipeline.tables_of(job) for c in consumers[t]}
                     try:
@@ -523,7 +563,6 @@ class Runner:
 
 
 __all__ = [
-    "DEFAULT_LEASE_TTL_SECONDS",
     "JobFailure",
     "ProgressCallback",
     "RunResult",

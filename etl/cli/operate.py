@@ -83,9 +83,9 @@ def resolve(
     Example: etl resolve orders 7 --skip --reason "bad upstream export"
     """
     from catalog import ResolutionAction
-    from etl.cli.run import DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL_SECONDS
     from etl.engine import resolve as resolving
     from etl.leases import LeaseKeeper, make_owner, owner_state
+    from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS
 
     chosen = [
         action

@@ -28,11 +28,10 @@ from etl.cli.app import (
 from etl.cli.progress import BatchProgress
 from etl.cli.render import err, print_json
 from etl.errors import PipelineBusyError, UsageError
+from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS, DEFAULT_SLOW_BATCH_SECONDS
 
 if TYPE_CHECKING:
     from etl.runner import Undeclared
-
-DEFAULT_LEASE_TTL = 15.0
 
 
 @app.command()
@@ -71,6 +70,15 @@ def run(
     backlog_threshold: Annotated[
         int, typer.Option(help="Coalesce a job's pending epochs into one batch at this many.")
     ] = 10,
+    max_parallel: Annotated[
+        int | None,
+        typer.Option(
+            help="Batches run at once (default: the cores this process may use), the "
+            f"oldest epoch first; a batch running over {DEFAULT_SLOW_BATCH_SECONDS:g} s "
+            "stops counting.",
+            min=1,
+        ),
+    ] = None,
     wait: Annotated[
         float, typer.Option(help="Seconds to wait for another run to release the pipeline.")
     ] = 0.0,
@@ -82,7 +90,7 @@ def run(
             "another host, once it expired.",
             min=1.0,
         ),
-    ] = DEFAULT_LEASE_TTL,
+    ] = DEFAULT_LEASE_TTL_SECONDS,
     format: Annotated[
         TableOrJson,
         typer.Option(
@@ -131,6 +139,7 @@ def run(
         spark=spark,
         lease_ttl_seconds=lease_ttl,
         backlog_threshold=backlog_threshold,
+        max_parallel_jobs=max_parallel,
         on_batch=progress,
     )
     # After Spark starts: its SparkContext installs a SIGINT handler of its own (cancel

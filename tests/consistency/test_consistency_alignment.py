@@ -1,4 +1,5 @@
-"""plan_batches / pending_epochs: barrier alignment, forced coalescing and backlog mode."""
+"""plan_batches / pending_epochs: barrier alignment, forced coalescing and backlog mode;
+admission_order: which runnable batch gets a free slot first."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consistency import BatchPlanError, EpochBatch, pending_epochs, plan_batches
+from consistency import (
+    BatchPlanError,
+    EpochBatch,
+    admission_order,
+    pending_epochs,
+    plan_batches,
+)
 
 
 def batches(*pairs: tuple[int, int]) -> list[EpochBatch]:
@@ -230,3 +237,36 @@ def test_a_pipeline_plans_over_its_own_epochs_whatever_other_pipelines_issued():
     ) == batches((2, 5), (6, 9))
     pending = pending_epochs(done_through=2, issued=own, inputs_written=None)
     assert pending.count == 3 and pending.horizon == 9
+
+
+CHAIN = ["root", "clean", "latest", "tiers"]
+
+
+def test_admission_runs_the_oldest_epoch_first():
+    ready = {"root": EpochBatch(9, 9), "latest": EpochBatch(7, 7), "clean": EpochBatch(8, 8)}
+    assert admission_order(ready, CHAIN) == ["latest", "clean", "root"]
+
+
+def test_admission_breaks_a_tie_by_running_the_job_furthest_downstream_first():
+    ready = {"root": EpochBatch(5, 5), "tiers": EpochBatch(5, 6), "clean": EpochBatch(5, 5)}
+    assert admission_order(ready, CHAIN) == ["tiers", "clean", "root"]
+
+
+def test_admission_of_a_job_outside_the_lineage_is_refused():
+    with pytest.raises(BatchPlanError, match="not in the lineage"):
+        admission_order({"ghost": EpochBatch(1, 1)}, CHAIN)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(CHAIN),
+        st.tuples(st.integers(1, 20), st.integers(0, 3)).map(
+            lambda p: EpochBatch(p[0], p[0] + p[1])
+        ),
+    )
+)
+def test_admission_orders_every_ready_job_once_by_epoch_then_depth(ready):
+    order = admission_order(ready, CHAIN)
+    assert sorted(order) == sorted(ready)
+    keys = [(ready[job].first, -CHAIN.index(job)) for job in order]
+    assert keys == sorted(keys)

@@ -21,6 +21,7 @@ from etl import (
     PipelineDefinitionError,
     Runner,
     TransformError,
+    UsageError,
     snapshot,
 )
 
@@ -220,7 +221,9 @@ def test_pipeline_definition_errors():
 
 
 @pytest.mark.slow
-def test_a_slow_job_does_not_hold_back_upstream_epochs(tmp_path, spark):
+@pytest.mark.parametrize("max_parallel_jobs", [None, 1])
+def test_a_slow_job_does_not_hold_back_upstream_epochs(tmp_path, spark, max_parallel_jobs):
+    """Also with one slot: the slow batch stops counting after slow_batch_seconds."""
     pipeline = orders_pipeline(tmp_path / "incoming")
     upstream_went_on = threading.Event()
 
@@ -232,6 +235,9 @@ def test_a_slow_job_does_not_hold_back_upstream_epochs(tmp_path, spark):
         return ctx["orders"].select("id")
 
     env = Env(tmp_path, spark, pipeline)
+    if max_parallel_jobs is not None:
+        env.runner.max_parallel_jobs = max_parallel_jobs
+        env.runner.slow_batch_seconds = 1.0
     stop = threading.Event()
     sealed_while_slow: list[int] = []
 
@@ -250,6 +256,38 @@ def test_a_slow_job_does_not_hold_back_upstream_epochs(tmp_path, spark):
     assert result.ok
     assert len(sealed_while_slow) >= 2, sealed_while_slow
     assert env.catalog.latest_written(["slow"])["slow"].epoch == 4
+
+
+def test_with_one_slot_each_epoch_leaves_the_chain_before_the_next_enters(tmp_path, spark):
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    pipeline.sql("copy", output="copied", query="SELECT id, amount FROM orders", inputs=["orders"])
+    pipeline.sql(
+        "total", output="totals", query="SELECT sum(amount) AS s FROM copied", inputs=["copied"]
+    )
+    env = Env(tmp_path, spark, pipeline)
+    env.runner.max_parallel_jobs = 1
+    env.runner.register()
+    for i in range(3):
+        env.drop([{"id": i, "customer": "a", "amount": float(i)}])
+        env.runner.open_epoch()
+    order: list[tuple[str, int]] = []
+    env.runner.on_batch = lambda batch: order.append((batch.job, batch.epoch))
+
+    with env.runner:
+        assert env.runner.run_pending().ok
+
+    # Oldest epoch first, then the job furthest downstream: a wave per epoch. All at once
+    # (or upstream first) would run the root's epochs 2 and 3 before epoch 1 reached totals.
+    assert order == [
+        (job, epoch) for epoch in (1, 2, 3) for job in ("ingest_orders", "copy", "total")
+    ]
+
+
+def test_runner_options_are_validated():
+    pipeline = Pipeline("p")
+    for option in ({"max_parallel_jobs": 0}, {"slow_batch_seconds": -1.0}):
+        with pytest.raises(UsageError, match=next(iter(option))):
+            Runner(pipeline, catalog=None, warehouse="w", spark=None, **option)  # type: ignore[arg-type]
 
 
 def test_a_stopping_run_finishes_the_epochs_left_in_one_batch_per_job(tmp_path, spark):
