@@ -374,3 +374,30 @@ def test_merge_jobs_by_deletion_vectors_or_copy_on_write(
         assert sum(f.deletion_vector.cardinality for f in deleting) == 3  # 3 (twice) and 4
     else:
         assert table.protocol().min_reader_version == 1 and not deleting
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_a_batch_over_small_input_tables_runs_with_the_small_batch_settings_on_its_own_session(
+    tmp_path, spark, monkeypatch, small
+):
+    import etl.engine.batch as batch_module
+    from etl.spark import SMALL_BATCH_CONF
+
+    if not small:
+        monkeypatch.setattr(batch_module, "SMALL_BATCH_BYTES", 0)
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    seen: dict[str, dict[str, str | None]] = {}
+
+    @pipeline.job("look", output="looked", inputs=["orders"])
+    def look(ctx):
+        seen["batch"] = {key: ctx.spark.conf.get(key, None) for key in SMALL_BATCH_CONF}
+        return ctx["orders"].groupBy("customer").agg(F.sum("amount").alias("total"))
+
+    before = {key: spark.conf.get(key, None) for key in SMALL_BATCH_CONF}
+    env = Env(tmp_path, spark, pipeline)
+    env.drop([{"id": i, "customer": f"c{i % 3}", "amount": float(i)} for i in range(9)])
+    assert env.runner.run_once().ok
+
+    assert (seen["batch"] == SMALL_BATCH_CONF) is small
+    assert {key: spark.conf.get(key, None) for key in SMALL_BATCH_CONF} == before
+    assert env.rows("looked", "customer", "total") == [("c0", 9.0), ("c1", 12.0), ("c2", 15.0)]
