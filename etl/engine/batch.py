@@ -65,8 +65,9 @@ def _names(sql: str, table: str) -> bool:
 def _size_session(session: SparkSession, inputs: list[DataFrame]) -> None:
     """Small input tables (by the optimizer's size estimate of each input: planning, no
     job; for Delta files it is their size) run with the small-batch settings; any unknown
-    or large input keeps Spark's defaults. Not for sources: a Kafka slice's plan (a range
-    of tasks expanded by mapInArrow) is estimated at a few bytes whatever it reads."""
+    or large input keeps Spark's defaults. A source job asks its source instead
+    (``Source.slice_bytes``): a Kafka slice's plan (a range of tasks expanded by
+    mapInArrow) is estimated at a few bytes whatever it reads."""
     total = 0
     for frame in inputs:
         total += estimated_bytes(frame)
@@ -200,6 +201,9 @@ class EpochEngine:
             with clock.stage("read"):
                 bounds = self._slice_bounds(job, batch, epoch.barrier_ts, lease)
                 parts = job.source.micro_batches(bounds)
+                size = job.source.slice_bytes(bounds)
+                if size is not None and size <= SMALL_BATCH_BYTES:
+                    configure_small_batch(session)
             for index, part in enumerate(parts):
                 final = index == len(parts) - 1
                 with clock.stage("read"):

@@ -68,6 +68,12 @@ class Source(ABC):
         """
         return (bounds,)
 
+    def slice_bytes(self, bounds: Mapping[str, object]) -> int | None:
+        """How many bytes the slice holds, if the source knows without reading it; None
+        when it does not. A batch whose slice is known to be small runs with the small-batch
+        Spark settings (:data:`etl.spark.SMALL_BATCH_CONF`); an unknown size never does."""
+        return None
+
 
 __all__ = [
     "SliceData",

@@ -106,6 +106,15 @@ class FileSource(Source):
             return (bounds,)
         return tuple({**bounds, "files": files[i : i + size]} for i in range(0, len(files), size))
 
+    def slice_bytes(self, bounds: Mapping[str, object]) -> int | None:
+        try:
+            return sum(
+                (self.path / name).stat().st_size
+                for name in bounds.get("files", [])  # type: ignore[attr-defined]
+            )
+        except OSError:  # a file is gone: read() says which
+            return None
+
     def read(self, spark: SparkSession, bounds: Mapping[str, object], *, epoch: int) -> SliceData:
         files = [str(self.path / name) for name in bounds.get("files", [])]  # type: ignore[attr-defined]
         missing = [f for f in files if not os.path.exists(f)]

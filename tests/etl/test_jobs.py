@@ -401,3 +401,34 @@ def test_a_batch_over_small_input_tables_runs_with_the_small_batch_settings_on_i
     assert (seen["batch"] == SMALL_BATCH_CONF) is small
     assert {key: spark.conf.get(key, None) for key in SMALL_BATCH_CONF} == before
     assert env.rows("looked", "customer", "total") == [("c0", 9.0), ("c1", 12.0), ("c2", 15.0)]
+
+
+def test_a_source_job_runs_with_the_small_batch_settings_when_its_source_knows_the_slice_is_small(
+    tmp_path, spark, monkeypatch
+):
+    import etl.engine.batch as batch_module
+    from etl.spark import SMALL_BATCH_CONF
+
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    seen: list[bool] = []
+
+    def record(ctx):
+        seen.append({k: ctx.spark.conf.get(k, None) for k in SMALL_BATCH_CONF} == SMALL_BATCH_CONF)
+        return ctx["order_files"]
+
+    pipeline = Pipeline("shop")
+    pipeline.ingest(
+        "ingest_orders",
+        source=FileSource("order_files", path=incoming, format="json", schema=SCHEMA),
+        output="orders",
+        transform=record,
+    )
+    env = Env(tmp_path, spark, pipeline)
+    env.drop([{"id": 1, "customer": "a", "amount": 1.0}])
+    assert env.runner.run_once().ok
+    monkeypatch.setattr(batch_module, "SMALL_BATCH_BYTES", 10)  # the next file is larger
+    env.drop([{"id": 2, "customer": "b", "amount": 2.0}])
+    assert env.runner.run_once().ok
+    assert seen == [True, False]
+    assert env.rows("orders", "id") == [(1,), (2,)]

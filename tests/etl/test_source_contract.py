@@ -159,3 +159,30 @@ def test_micro_batches_are_deterministic_and_read_the_slice(spark, world):
     assert [dict(p) for p in parts] == [dict(p) for p in world.source.micro_batches(bounds)]
     pieces = [ids(spark, world.source, part) for part in parts]
     assert sorted(i for piece in pieces for i in piece) == ids(spark, world.source, bounds)
+
+
+def test_a_slice_size_is_known_and_never_understated_or_unknown(spark, world, tmp_path):
+    """slice_bytes decides whether a batch runs with the small-batch settings: a size
+    below what the slice holds would run a large slice on one shuffle partition."""
+    slices = Slices(world.source)
+    world.add(list(range(1, 200)))
+    bounds = slices.cut()
+    size = world.source.slice_bytes(bounds)
+    if size is None:
+        return  # unknown: the batch keeps Spark's defaults
+    rows = world.source.read(spark, bounds, epoch=1).rows
+    written = tmp_path / "as-json"
+    rows.coalesce(1).write.json(str(written))
+    assert size >= sum(f.stat().st_size for f in written.glob("part-*")) * 0.5
+
+
+def test_a_file_slice_size_is_the_size_of_its_files_and_unknown_once_one_is_gone(tmp_path):
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    (incoming / "a.json").write_text('{"id": 1}\n')
+    (incoming / "b.json").write_text('{"id": 22}\n{"id": 3}\n')
+    source = FileSource("drops", path=incoming, format="json", schema="id LONG")
+    assert source.slice_bytes({"files": ["a.json", "b.json"]}) == 10 + 21
+    assert source.slice_bytes({"files": []}) == 0
+    (incoming / "a.json").unlink()
+    assert source.slice_bytes({"files": ["a.json", "b.json"]}) is None
