@@ -31,7 +31,7 @@ Reported:
 - how long stopping took (the runner finishes every issued epoch first), and the load.
 
 Environment (defaults in brackets): DB_BENCH_SECONDS [120] measured window,
-DB_BENCH_WARMUP [20], DB_BENCH_EPOCH_INTERVAL [1.0], DB_BENCH_ROWS_PER_SECOND [1000],
+DB_BENCH_WARMUP [90], DB_BENCH_EPOCH_INTERVAL [1.0], DB_BENCH_ROWS_PER_SECOND [1000],
 DB_BENCH_FILES_PER_SECOND [5], DB_BENCH_JOBS [10] tables in the chain (2..10),
 DB_BENCH_PARALLEL [runner default] ``max_parallel_jobs``, DB_BENCH_BACKLOG [runner
 default] ``backlog_threshold`` (0: none), DB_BENCH_PROBE_INTERVAL [0.1],
@@ -460,7 +460,9 @@ def main() -> None:
     from etl import Runner, build_spark
 
     seconds = env_float("DB_BENCH_SECONDS", 120.0)
-    warmup = env_float("DB_BENCH_WARMUP", 20.0)
+    # The JVM keeps compiling Spark's code for its first minutes (JFR: the JIT busy 0.5-0.9
+    # of a core over the first two): a continuous run's steady state starts after that.
+    warmup = env_float("DB_BENCH_WARMUP", 90.0)
     interval = env_float("DB_BENCH_EPOCH_INTERVAL", 1.0)
     rows_per_second = env_int("DB_BENCH_ROWS_PER_SECOND", 1000)
     files_per_second = env_float("DB_BENCH_FILES_PER_SECOND", 5.0)
