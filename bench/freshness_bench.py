@@ -34,7 +34,7 @@ Environment (defaults in brackets): DB_BENCH_SECONDS [120] measured window,
 DB_BENCH_WARMUP [90], DB_BENCH_EPOCH_INTERVAL [1.0], DB_BENCH_ROWS_PER_SECOND [1000],
 DB_BENCH_FILES_PER_SECOND [5], DB_BENCH_JOBS [10] tables in the chain (2..10),
 DB_BENCH_PARALLEL [runner default] ``max_parallel_jobs``, DB_BENCH_BACKLOG [runner
-default] ``backlog_threshold`` (0: none), DB_BENCH_PROBE_INTERVAL [0.1],
+default: a continuous run's] ``backlog_threshold`` (0: none), DB_BENCH_PROBE_INTERVAL [0.1],
 DB_BENCH_SHUFFLE_PARTITIONS [engine default].
 
 Run: ``python -m bench freshness``.
@@ -458,6 +458,7 @@ def _report(
 def main() -> None:
     from catalog import load_catalog
     from etl import Runner, build_spark
+    from etl.scheduling import backlog_threshold_for
 
     seconds = env_float("DB_BENCH_SECONDS", 120.0)
     # The JVM keeps compiling Spark's code for its first minutes (JFR: the JIT busy 0.5-0.9
@@ -506,7 +507,7 @@ def main() -> None:
         runner.register()
         print(
             f"runner: {runner.max_parallel_jobs} batches at once, backlog threshold "
-            f"{runner.backlog_threshold}"
+            f"{backlog_threshold_for(runner.backlog_threshold, continuous=True)}"
         )
         batches.observe_starts(runner)
         stop = threading.Event()

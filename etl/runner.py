@@ -44,6 +44,8 @@ from etl.retention.gate import BatchGate
 from etl.scheduling import (
     DEFAULT_LEASE_TTL_SECONDS,
     DEFAULT_SLOW_BATCH_SECONDS,
+    BacklogThreshold,
+    backlog_threshold_for,
     default_parallel_batches,
 )
 
@@ -170,7 +172,7 @@ class Runner:
         spark: SparkSession,
         owner: str | None = None,
         lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS,
-        backlog_threshold: int | None = 10,
+        backlog_threshold: BacklogThreshold = "auto",
         max_parallel_jobs: int | None = None,
         slow_batch_seconds: float = DEFAULT_SLOW_BATCH_SECONDS,
         on_batch: ProgressCallback | None = None,
@@ -181,6 +183,14 @@ class Runner:
         ):
             if value is not None and value <= 0:
                 raise UsageError(f"Runner({name}={value!r}): give a positive number")
+        if backlog_threshold != "auto" and not (
+            backlog_threshold is None
+            or (isinstance(backlog_threshold, int) and backlog_threshold >= 1)
+        ):
+            raise UsageError(
+                f"Runner(backlog_threshold={backlog_threshold!r}): give a number of epochs "
+                "(at least 1), None (never coalesce) or 'auto'"
+            )
         self.pipeline = pipeline
         self.catalog = catalog
         self.warehouse = str(warehouse)
@@ -317,10 +327,13 @@ class Runner:
         """The batch each job is running now."""
         return dict(self._running)
 
-    def plan(self, job: Job, *, draining: bool = False) -> list[EpochBatch]:
+    def plan(
+        self, job: Job, *, draining: bool = False, continuous: bool = False
+    ) -> list[EpochBatch]:
         """The batches the job may run now (barrier alignment, backlog coalescing), over
         its pipeline's own epochs. ``draining`` (a run told to stop): every pending epoch
-        is coalesced, so the epochs left are finished in as few batches as possible."""
+        is coalesced, so the epochs left are finished in as few batches as possible.
+        ``continuous``: a continuous run's backlog threshold applies (``"auto"``)."""
         done_through = self._done_through(job)
         issued = [
             e.id for e in self.catalog.epochs(after=done_through, pipeline=self.catalog_pipeline)
@@ -357,7 +370,9 @@ class Runner:
             done_through=done_through,
             issued=issued,
             inputs_written=inputs_written,
-            backlog_threshold=1 if draining else self.backlog_threshold,
+            backlog_threshold=1
+            if draining
+            else backlog_threshold_for(self.backlog_threshold, continuous=continuous),
             recorded_slices=recorded,
         )
 
@@ -479,7 +494,9 @@ class Runner:
                     if job.name in busy or job.name in stopped or job.name not in dirty:
                         continue
                     dirty.discard(job.name)
-                    batches = self.plan(job, draining=draining)
+                    batches = self.plan(
+                        job, draining=draining, continuous=epoch_interval is not None
+                    )
                     if batches:
                         ready[job.name] = batches[0]
                     else:

@@ -28,7 +28,12 @@ from etl.cli.app import (
 from etl.cli.progress import BatchProgress
 from etl.cli.render import err, print_json
 from etl.errors import PipelineBusyError, UsageError
-from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS, DEFAULT_SLOW_BATCH_SECONDS
+from etl.scheduling import (
+    BATCH_BACKLOG_THRESHOLD,
+    CONTINUOUS_BACKLOG_THRESHOLD,
+    DEFAULT_LEASE_TTL_SECONDS,
+    DEFAULT_SLOW_BATCH_SECONDS,
+)
 
 if TYPE_CHECKING:
     from etl.runner import Undeclared
@@ -68,8 +73,14 @@ def run(
         str | None, typer.Option(envvar="ETL_SPARK_MASTER", help="Spark master (default local[*]).")
     ] = None,
     backlog_threshold: Annotated[
-        int, typer.Option(help="Coalesce a job's pending epochs into one batch at this many.")
-    ] = 10,
+        int | None,
+        typer.Option(
+            help="Coalesce a job's pending epochs into one batch at this many (default: "
+            f"{CONTINUOUS_BACKLOG_THRESHOLD} with --continuous, {BATCH_BACKLOG_THRESHOLD} "
+            "with --once).",
+            min=1,
+        ),
+    ] = None,
     max_parallel: Annotated[
         int | None,
         typer.Option(
@@ -138,7 +149,7 @@ def run(
         warehouse=str(warehouse.resolve()),
         spark=spark,
         lease_ttl_seconds=lease_ttl,
-        backlog_threshold=backlog_threshold,
+        backlog_threshold="auto" if backlog_threshold is None else backlog_threshold,
         max_parallel_jobs=max_parallel,
         on_batch=progress,
     )

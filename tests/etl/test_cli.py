@@ -172,7 +172,8 @@ def known(tmp_path_factory) -> Known:
     k.after_wait = contents(k.catalog)
     k.v1_after_wait = versions_at(k.catalog, 1)
 
-    # 2. New words, then a continuous run that stops by itself after three epochs.
+    # 2. New words, then a continuous run that stops by itself after three epochs (one
+    # batch per epoch and job even when a job falls behind on a busy machine).
     drop(incoming, LATER)
     continuous = etl(
         "run",
@@ -182,6 +183,8 @@ def known(tmp_path_factory) -> Known:
         "1",
         "--max-epochs",
         "3",
+        "--backlog-threshold",
+        "10",
         "--param",
         f"input_dir={incoming}",
         "--warehouse",

@@ -285,9 +285,41 @@ def test_with_one_slot_each_epoch_leaves_the_chain_before_the_next_enters(tmp_pa
 
 def test_runner_options_are_validated():
     pipeline = Pipeline("p")
-    for option in ({"max_parallel_jobs": 0}, {"slow_batch_seconds": -1.0}):
+    for option in (
+        {"max_parallel_jobs": 0},
+        {"slow_batch_seconds": -1.0},
+        {"backlog_threshold": 0},
+        {"backlog_threshold": "sometimes"},
+    ):
         with pytest.raises(UsageError, match=next(iter(option))):
             Runner(pipeline, catalog=None, warehouse="w", spark=None, **option)  # type: ignore[arg-type]
+
+
+def test_a_continuous_run_coalesces_as_soon_as_a_job_is_behind_and_a_run_once_does_not(
+    tmp_path, spark
+):
+    from etl.scheduling import BATCH_BACKLOG_THRESHOLD, CONTINUOUS_BACKLOG_THRESHOLD
+
+    assert CONTINUOUS_BACKLOG_THRESHOLD <= 2 < 3 < BATCH_BACKLOG_THRESHOLD
+    env = Env(tmp_path, spark, orders_pipeline(tmp_path / "incoming"))
+    env.runner.register()
+
+    def pending(count: int) -> None:
+        for _ in range(count):
+            env.drop([{"id": env._n, "customer": "a", "amount": 1.0}])
+            env.runner.open_epoch()
+
+    pending(3)
+    with env.runner:
+        once = env.runner.run_pending()
+    assert [(b.first_epoch, b.epoch) for b in once.batches] == [(1, 1), (2, 2), (3, 3)]
+
+    pending(3)  # a continuous run opens one more at once: four behind, one batch
+    continuous = env.runner.run_continuous(
+        epoch_interval=30.0, stop=threading.Event(), max_epochs=1
+    )
+    assert [(b.first_epoch, b.epoch) for b in continuous.batches] == [(4, 7)]
+    assert env.rows("orders", "id") == [(i,) for i in range(6)]
 
 
 def test_a_stopping_run_finishes_the_epochs_left_in_one_batch_per_job(tmp_path, spark):
