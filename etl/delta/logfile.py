@@ -33,9 +33,10 @@ LOG_DIR = "_delta_log"
 COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
 CRC_FILE = re.compile(r"^(\d{20})\.crc$")
-CHECKPOINT_INTERVAL = 100
-"""Versions between checkpoints of our own commits: the default of the table property
-``delta.checkpointInterval`` (Delta protocol, "Checkpoints"), which delta-rs follows."""
+CHECKPOINT_INTERVAL = 10
+"""Versions between the checkpoints our commits write (Delta protocol, "Checkpoints"):
+delta-spark's default ``delta.checkpointInterval`` (delta-rs' is 100). A job commits once
+per epoch and every open replays the JSON commits after the newest checkpoint."""
 DELETION_VECTORS = "deletionVectors"
 """The reader and writer table feature of deletion vectors (Delta protocol, "Table Features")."""
 

@@ -37,6 +37,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import (
     AddAction,
     CommitProperties,
+    PostCommitHookProperties,
     RemoveAction,
     Transaction,
     create_table_with_add_actions,
@@ -616,6 +617,26 @@ class Fence:
         return table.transaction_version(self.app_id)
 
 
+# Checkpoints are ours (:func:`_committed`), on every commit path, delta-rs' and our own log
+# writer's alike. Log entries are deleted only by ``etl maintain``, which keeps every version
+# a kept cut needs; delta-rs would otherwise delete them by the table's
+# logRetentionDuration.
+_POST_COMMIT = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
+
+
+def _committed(location: str, version: int) -> int:
+    """Checkpoint ``version`` when it is due (every :data:`CHECKPOINT_INTERVAL` versions);
+    returns ``version``. Opening a table replays the JSON commits after its newest
+    checkpoint, and a job commits once per epoch: without checkpoints that often, every
+    open of a busy table grows slower with its history."""
+    if version > 0 and version % CHECKPOINT_INTERVAL == 0:
+        try:
+            open_table(location, version=version, operation="checkpoint").create_checkpoint()
+        except (DeltaIOError, DeltaError) as exc:  # an optimization: the commit stands
+            _log.warning("no checkpoint at version %s of %s: %s", version, location, exc)
+    return version
+
+
 def _properties(fence: Fence, custom: Mapping[str, Any]) -> CommitProperties:
     return CommitProperties(
         custom_metadata={**custom, META_JOB: fence.job, META_GENERATION: fence.generation},
@@ -657,13 +678,14 @@ def claim_table(location: str, *, fence: Fence) -> int | None:
                 schema=table.schema(),
                 partition_by=list(table.metadata().partition_columns) or None,
                 commit_properties=_properties(fence, {}),
+                post_commithook_properties=_POST_COMMIT,
             )
         except CommitFailedError:
             _back_off(lost)
             continue
         except DeltaError as exc:
             raise DeltaIOError(table=location, operation="claim", reason=str(exc)) from exc
-        return table.version() + 1
+        return _committed(location, table.version() + 1)
     raise CommitConflictError(
         table=location, reason=f"{_MAX_COMMIT_ROUNDS} claims in a row lost the race"
     )
@@ -747,6 +769,7 @@ def commit_files(
                     mode="error",
                     partition_by=list(partition_by) or None,
                     commit_properties=properties,
+                    post_commithook_properties=_POST_COMMIT,
                 )
             return 0
         except (DeltaError, OSError) as exc:
@@ -796,7 +819,7 @@ def commit_files(
                 if landed is not None:
                     return landed
                 raise DeltaIOError(table=location, operation="commit", reason=str(exc)) from exc
-            return table.version() + 1
+            return _committed(location, table.version() + 1)
         actions: list[AddAction | RemoveAction] = [
             *adds,
             *_remove_actions(table, location, removes, data_change=data_change),
@@ -808,6 +831,7 @@ def commit_files(
                 schema=table.schema(),
                 partition_by=list(partition_by) or None,
                 commit_properties=properties,
+                post_commithook_properties=_POST_COMMIT,
             )
         except CommitFailedError:
             _back_off(lost)
@@ -817,7 +841,7 @@ def commit_files(
             if landed is not None:
                 return landed
             raise DeltaIOError(table=location, operation="commit", reason=str(exc)) from exc
-        return table.version() + 1
+        return _committed(location, table.version() + 1)
     raise CommitConflictError(
         table=location, reason=f"{_MAX_COMMIT_ROUNDS} commits in a row lost the race"
     )
@@ -983,14 +1007,6 @@ def _commit_own(
     maybe_crash("before_log_commit", job=fence.job, epoch=epoch)
     commit_actions(location, version, [{"commitInfo": commit_info}, *actions, *adds, txn])
     maybe_crash("after_log_commit", job=fence.job, epoch=epoch)
-    if version > 0 and version % CHECKPOINT_INTERVAL == 0:
-        # delta-rs checkpoints after its own commits at this interval (a post-commit
-        # hook); without it a table merged only by deletion vectors would never get a
-        # checkpoint and every open would replay its whole log.
-        try:
-            open_table(location, version=version, operation="checkpoint").create_checkpoint()
-        except (DeltaIOError, DeltaError) as exc:  # an optimization: the commit stands
-            _log.warning("no checkpoint at version %s of %s: %s", version, location, exc)
 
 
 def restore_table(
@@ -1035,6 +1051,7 @@ def restore_table(
                 schema=table.schema(),
                 partition_by=list(table.metadata().partition_columns) or None,
                 commit_properties=_properties(fence, custom),
+                post_commithook_properties=_POST_COMMIT,
             )
         elif has_deletion_vectors(table):
             if (
@@ -1061,7 +1078,11 @@ def restore_table(
             except FileExistsError as exc:
                 raise CommitFailedError(str(exc)) from exc
         else:
-            table.restore(to_version, commit_properties=_properties(fence, custom))
+            table.restore(
+                to_version,
+                commit_properties=_properties(fence, custom),
+                post_commithook_properties=_POST_COMMIT,
+            )
     except CommitFailedError as exc:
         raise CommitConflictError(
             table=location,
@@ -1070,7 +1091,7 @@ def restore_table(
         ) from exc
     except (DeltaError, OSError) as exc:
         raise DeltaIOError(table=location, operation="restore", reason=str(exc)) from exc
-    return planned_at + 1
+    return _committed(location, planned_at + 1)
 
 
 __all__ = [

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -613,6 +614,74 @@ def test_empty_versions_and_missing_tables(spark, tmp_path):
     assert read_arrow(str(tmp_path / "t")).num_rows == 0
     with pytest.raises(DeltaIOError):
         read_table(spark, str(tmp_path / "t"), version=5)
+
+
+LOG_SCHEMA = pa.schema([("id", pa.int64()), ("_epoch", pa.int64())])
+
+
+def _log_files(location: Path) -> tuple[list[int], list[int]]:
+    """(versions with a JSON commit, versions with a checkpoint) in the table's log."""
+    names = [p.name for p in (location / "_delta_log").iterdir()]
+    commits = sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
+    checkpoints = sorted(int(n[:20]) for n in names if n.endswith(".checkpoint.parquet"))
+    return commits, checkpoints
+
+
+def _empty_commit(location: Path, fence: Fence, *, mode="append") -> int:
+    return commit_files(
+        str(location), [], schema=LOG_SCHEMA, mode=mode, fence=fence, metadata={}
+    )
+
+
+def test_every_commit_path_checkpoints_at_the_interval_and_only_there(tmp_path):
+    """Opening a table replays the commits after its newest checkpoint: a job commits once
+    per epoch, so every commit path (delta-rs' append, overwrite, claim and restore; our
+    own log writer's is in test_deletion_vectors) checkpoints every CHECKPOINT_INTERVAL
+    versions, and delta-rs' own hook (every 100) does not add any."""
+    from etl.delta.logfile import CHECKPOINT_INTERVAL
+
+    location = tmp_path
+    first, second = Fence("j", generation=1), Fence("j", generation=2)
+    interval = CHECKPOINT_INTERVAL
+    assert _empty_commit(location, first) == 0
+    while (version := _empty_commit(location, first)) < interval - 1:
+        pass
+    assert claim_table(str(location), fence=second) == interval
+    while (version := _empty_commit(location, second)) < 2 * interval - 1:
+        pass
+    assert (
+        restore_table(str(location), to_version=1, planned_at=version, fence=second, metadata={})
+        == 2 * interval
+    )
+    while (version := _empty_commit(location, second)) < 3 * interval - 1:
+        pass
+    assert _empty_commit(location, second, mode="overwrite") == 3 * interval
+
+    commits, checkpoints = _log_files(location)
+    assert checkpoints == [interval, 2 * interval, 3 * interval]
+    assert commits == list(range(3 * interval + 1))
+    assert DeltaTable(str(location)).version() == 3 * interval
+    assert DeltaTable(str(location), version=1).version() == 1
+
+
+def test_commits_never_delete_log_entries_whatever_the_tables_log_retention(tmp_path):
+    """Only ``etl maintain`` deletes log entries, keeping every version a kept cut needs:
+    delta-rs' post-commit hook would delete those older than the table's
+    logRetentionDuration on any commit, and a recorded version would stop being readable."""
+    write_deltalake(
+        str(tmp_path),
+        pa.table({"id": [1], "_epoch": [1]}, schema=LOG_SCHEMA),
+        configuration={"delta.logRetentionDuration": "interval 1 second"},
+    )
+    while _empty_commit(tmp_path, FENCE) < 12:
+        pass
+    DeltaTable(str(tmp_path)).create_checkpoint()  # delta-rs cleans up below a checkpoint
+    time.sleep(1.5)
+    assert _empty_commit(tmp_path, FENCE) == 13
+
+    commits, _ = _log_files(tmp_path)
+    assert commits == list(range(14))
+    assert DeltaTable(str(tmp_path), version=1).to_pyarrow_table().num_rows == 1
 
 
 def test_files_outside_the_hive_layout_take_partition_values_from_the_log(spark, tmp_path):
