@@ -628,9 +628,7 @@ def _log_files(location: Path) -> tuple[list[int], list[int]]:
 
 
 def _empty_commit(location: Path, fence: Fence, *, mode="append") -> int:
-    return commit_files(
-        str(location), [], schema=LOG_SCHEMA, mode=mode, fence=fence, metadata={}
-    )
+    return commit_files(str(location), [], schema=LOG_SCHEMA, mode=mode, fence=fence, metadata={})
 
 
 def test_every_commit_path_checkpoints_at_the_interval_and_only_there(tmp_path):
