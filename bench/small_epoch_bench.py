@@ -13,6 +13,10 @@ so that load drifts hit all alike; medians of ``DB_BENCH_EPOCHS`` runs after one
 Also counted per epoch: Spark jobs (status tracker) and catalog SQL statements
 (SQLAlchemy events).
 
+History: the ``+append`` variant then runs ``DB_BENCH_HISTORY`` (default 100) more
+epochs; the median epoch of each block of 10 shows whether an epoch's cost grows with the
+tables' history (opening a Delta table replays the commits after its newest checkpoint).
+
 Run: ``python -m bench small_epoch``; ``DB_BENCH_EPOCHS`` (default 15) sets the runs.
 """
 
@@ -109,6 +113,16 @@ class _Variant:
         self.catalog.close()
 
 
+def _history(variant: _Variant, epochs: int) -> list[float]:
+    """Seconds of each of ``epochs`` more epochs of ``variant``."""
+    seconds = []
+    for _ in range(epochs):
+        start = time.perf_counter()
+        variant.epoch()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
 def main() -> None:
     from etl import build_spark
 
@@ -156,6 +170,7 @@ def main() -> None:
                         jobs[name].append(spark_job_count(spark) - jobs_before)
                         statements[name].append(counter.count - statements_before)
                         round_trips[name].append(py4j.count - calls_before)
+            history = _history(variants["+append"], env_int("DB_BENCH_HISTORY", 100))
         finally:
             for variant in variants.values():
                 variant.close()
@@ -177,6 +192,13 @@ def main() -> None:
             f" {median(jobs[name]):10.0f} {median(statements[name]):13.0f}"
             f" {median(jvm_cpu[name]) * 1000:10.0f} {median(python_cpu[name]) * 1000:9.0f}"
             f" {median(round_trips[name]):10.0f}"
+        )
+    blocks = [median(history[i : i + 10]) for i in range(0, len(history), 10)]
+    if blocks:
+        print(
+            "+append, epoch cost as history grows (median ms per block of 10 epochs): "
+            + " ".join(f"{b * 1000:.0f}" for b in blocks)
+            + f"; slowest block / first {max(blocks) / blocks[0]:.2f}"
         )
     print(
         f"one tiny epoch through one job: {ingest * 1000:.0f} ms, {ingest / base:.1f}x Spark "

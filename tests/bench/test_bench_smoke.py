@@ -10,7 +10,7 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 TINY = {
-    "small_epoch": {"DB_BENCH_EPOCHS": "1"},
+    "small_epoch": {"DB_BENCH_EPOCHS": "1", "DB_BENCH_HISTORY": "12"},
     "freshness": {
         "DB_BENCH_SECONDS": "4",
         "DB_BENCH_WARMUP": "4",
