@@ -462,6 +462,7 @@ class Runner:
             for table in own_tables
         }
         by_name = {job.name: job for job in jobs}
+        lineage = list(by_name)  # upstream first, as ordered_jobs gives them
         # Jobs that may have a new runnable batch: all at first; then a job whose batch
         # ended and the jobs reading its tables, and source jobs when an epoch opens.
         # The others are not planned again (planning costs catalog round trips): epochs
@@ -503,7 +504,7 @@ class Runner:
                         ready.pop(job.name, None)
                 now = time.monotonic()
                 holding = len(holding_slots(now))
-                for name in admission_order(ready, list(by_name)):
+                for name in admission_order(ready, lineage):
                     if holding >= self.max_parallel_jobs:
                         break
                     batch = ready.pop(name)

@@ -85,11 +85,19 @@ def run(
         int | None,
         typer.Option(
             help="Batches run at once (default: the cores this process may use), the "
-            f"oldest epoch first; a batch running over {DEFAULT_SLOW_BATCH_SECONDS:g} s "
-            "stops counting.",
+            "oldest epoch first; a batch running longer than --slow-batch-seconds stops "
+            "counting.",
             min=1,
         ),
     ] = None,
+    slow_batch_seconds: Annotated[
+        float,
+        typer.Option(
+            help="After this many seconds a running batch no longer counts against "
+            "--max-parallel, so that a slow job never holds back the jobs upstream of it.",
+            min=0.1,
+        ),
+    ] = DEFAULT_SLOW_BATCH_SECONDS,
     wait: Annotated[
         float, typer.Option(help="Seconds to wait for another run to release the pipeline.")
     ] = 0.0,
@@ -151,6 +159,7 @@ def run(
         lease_ttl_seconds=lease_ttl,
         backlog_threshold="auto" if backlog_threshold is None else backlog_threshold,
         max_parallel_jobs=max_parallel,
+        slow_batch_seconds=slow_batch_seconds,
         on_batch=progress,
     )
     # After Spark starts: its SparkContext installs a SIGINT handler of its own (cancel
