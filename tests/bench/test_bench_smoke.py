@@ -11,6 +11,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 TINY = {
     "small_epoch": {"DB_BENCH_EPOCHS": "1", "DB_BENCH_HISTORY": "12"},
+    "file_cut": {"DB_BENCH_CUT_SIZES": "10,100", "DB_BENCH_CUT_RUNS": "1"},
     "freshness": {
         "DB_BENCH_SECONDS": "4",
         "DB_BENCH_WARMUP": "4",
@@ -37,6 +38,7 @@ TINY = {
 
 EXPECTED = {
     "small_epoch": "one tiny epoch through one job:",
+    "file_cut": "file cut 100 / 10 files:",
     "freshness": "freshness of the last table",
     "merge_scaling": "deletion-vectors: merge job 5,000 / 2,000 rows:",
     "retention": "repeatable-read read of the latest cut",
