@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -129,9 +130,18 @@ def has_deletion_vectors(table: DeltaTable) -> bool:
     return DELETION_VECTORS in (table.protocol().reader_features or ())
 
 
-def active_files(table: DeltaTable) -> list[ActiveFile]:
-    """The files of the loaded version, with typed partition values and min/max stats."""
+def active_files(table: DeltaTable, *, epochs: tuple[int, int] | None = None) -> list[ActiveFile]:
+    """The files of the loaded version, with typed partition values and min/max stats.
+
+    With ``epochs=(first, last)``, only the files that may hold rows of those epochs: by
+    their :data:`EPOCH_COLUMN` partition value, else by its min/max statistics (a file
+    without them is kept). The files are pruned in Arrow before any Python object is made
+    per file: an append table gains a file every epoch until compaction, and reading one
+    epoch of it should not cost a Python object for each file of its history.
+    """
     actions = pa.table(table.get_add_actions(flatten=False))
+    if epochs is not None:
+        actions = actions.filter(_may_hold_epochs(actions, *epochs))
     columns = set(actions.column_names)
     rows = actions.select(
         [
@@ -161,6 +171,33 @@ def active_files(table: DeltaTable) -> list[ActiveFile]:
         )
         for row in rows
     ]
+
+
+def _epoch_field(actions: pa.Table, column: str) -> pa.ChunkedArray | None:
+    """The :data:`EPOCH_COLUMN` field of the add actions' struct ``column`` (partition, min,
+    max), or None when no file has it."""
+    if column not in actions.column_names:
+        return None
+    struct = actions.column(column)
+    if not pa.types.is_struct(struct.type) or struct.type.get_field_index(EPOCH_COLUMN) < 0:
+        return None
+    return pc.struct_field(struct, EPOCH_COLUMN)
+
+
+def _may_hold_epochs(actions: pa.Table, first: int, last: int) -> pa.ChunkedArray | bool:
+    """Per add action, whether its file may hold rows of epochs ``first``..``last``."""
+    partition = _epoch_field(actions, "partition")
+    if partition is not None:
+        inside = pc.and_(pc.greater_equal(partition, first), pc.less_equal(partition, last))
+        return pc.fill_null(inside, False)  # a null partition value holds no epoch
+    # A missing bound (no statistics) cannot rule the file out.
+    keep = pa.chunked_array([pa.array([True] * actions.num_rows, pa.bool_())])
+    low, high = _epoch_field(actions, "min"), _epoch_field(actions, "max")
+    if low is not None:
+        keep = pc.and_(keep, pc.fill_null(pc.less_equal(low, last), True))
+    if high is not None:
+        keep = pc.and_(keep, pc.fill_null(pc.greater_equal(high, first), True))
+    return keep
 
 
 def history(table: DeltaTable, location: str, *, limit: int | None = None) -> list[dict]:

@@ -252,21 +252,9 @@ def read_epochs(
             operation="read_epochs",
             reason=f"the table has no {EPOCH_COLUMN!r} column; use read_table",
         )
-    files = [
-        f for f in active_files(table) if _may_hold_epochs(f, first=first_epoch, last=last_epoch)
-    ]
+    files = active_files(table, epochs=(first_epoch, last_epoch))
     frame = scan(spark, location, table, files)
     return frame.where(F.col(EPOCH_COLUMN).between(first_epoch, last_epoch))
-
-
-def _may_hold_epochs(file: ActiveFile, *, first: int, last: int) -> bool:
-    if EPOCH_COLUMN in file.partition_values:
-        value = file.partition_values[EPOCH_COLUMN]
-        return value is not None and first <= value <= last
-    # A missing bound (no statistics) cannot rule the file out.
-    low = file.min_values.get(EPOCH_COLUMN)
-    high = file.max_values.get(EPOCH_COLUMN)
-    return (low is None or low <= last) and (high is None or high >= first)
 
 
 def read_arrow(

@@ -503,6 +503,45 @@ def test_read_epochs_opens_only_files_whose_epochs_overlap(spark, tmp_path):
     assert read_pandas(str(parted), filter_epochs=(3, 3))["id"].sort_values().tolist() == [2, 5, 8]
 
 
+def test_epoch_pruning_keeps_files_without_statistics_and_drops_the_others(tmp_path):
+    """read_epochs' file pruning (in Arrow, before a Python object per file): a file whose
+    min/max of _epoch miss the range is left out; one without statistics is kept."""
+    from deltalake.transaction import AddAction
+
+    from etl.delta.log import active_files
+
+    def stats(low, high):
+        return json.dumps(
+            {"numRecords": 1, "minValues": {"_epoch": low}, "maxValues": {"_epoch": high}}
+        )
+
+    write_deltalake(str(tmp_path), pa.table({"id": [0], "_epoch": [1]}, schema=LOG_SCHEMA))
+    table = DeltaTable(str(tmp_path))
+    adds = {"e2-4.parquet": stats(2, 4), "e6.parquet": stats(6, 6), "none.parquet": None}
+    table.create_write_transaction(
+        [
+            AddAction(path, 10, {}, 0, True, text)  # files need not exist to be listed
+            for path, text in adds.items()
+        ],
+        mode="append",
+        schema=table.schema(),
+    )
+    table = DeltaTable(str(tmp_path))
+
+    def kept(first, last):
+        return sorted(
+            f.path
+            for f in active_files(table, epochs=(first, last))
+            if not f.path.startswith("part")
+        )
+
+    assert kept(3, 3) == ["e2-4.parquet", "none.parquet"]
+    assert kept(5, 5) == ["none.parquet"]
+    assert kept(4, 6) == ["e2-4.parquet", "e6.parquet", "none.parquet"]
+    assert len(active_files(table, epochs=(1, 1))) == 2  # the first file and "none"
+    assert len(active_files(table)) == 4
+
+
 def test_restore_and_log_commits_for_recovery(spark, tmp_path):
     location = str(tmp_path)
     meta1 = {META_EPOCH: 1, META_FIRST_EPOCH: 1, META_JOB: "j", META_ATTEMPT: 1, META_FINAL: True}
