@@ -3,13 +3,14 @@ a ten-table chain, run continuously with 1 s epochs under a light steady input.
 
 The chain (linear, so the last table depends on every other one):
 
-    events (FileSource, append) -> events_clean (append) -> customer_latest (merge)
+    events (FileSource or KafkaSource, append) -> events_clean (append) -> customer_latest (merge)
     -> customer_tiers (overwrite) -> tier_counts (overwrite) -> tier_log (append)
     -> category_latest (merge) -> category_rank (overwrite) -> top_categories (append)
     -> tier_summary (merge)
 
 A feeder thread drops small JSON files at a steady rate (written under a dot-name, then
-renamed). ``Runner.run_continuous`` runs in a thread. A probe thread, with a catalog of its
+renamed), or, with ``DB_BENCH_SOURCE=kafka``, produces the same JSON records to a topic of a
+local tansu broker (one producer flush per tick). ``Runner.run_continuous`` runs in a thread. A probe thread, with a catalog of its
 own, resolves a repeatable-read snapshot of all the tables through the public reader every
 ``DB_BENCH_PROBE_INTERVAL`` seconds and records when each epoch first became visible.
 After the warm-up, epochs whose barrier falls in the measured window count.
@@ -30,9 +31,11 @@ Reported:
   ``timings`` mapping (stage -> seconds);
 - how long stopping took (the runner finishes every issued epoch first), and the load.
 
-Environment (defaults in brackets): DB_BENCH_SECONDS [120] measured window,
+Environment (defaults in brackets): DB_BENCH_SOURCE [file] ``file`` or ``kafka`` (the
+root's source), DB_BENCH_SECONDS [120] measured window,
 DB_BENCH_WARMUP [90], DB_BENCH_EPOCH_INTERVAL [1.0], DB_BENCH_ROWS_PER_SECOND [1000],
-DB_BENCH_FILES_PER_SECOND [5], DB_BENCH_JOBS [10] tables in the chain (2..10),
+DB_BENCH_FILES_PER_SECOND [5] files (or producer flushes) per second, DB_BENCH_JOBS [10]
+tables in the chain (2..10),
 DB_BENCH_PARALLEL [runner default] ``max_parallel_jobs``, DB_BENCH_BACKLOG [runner
 default: a continuous run's] ``backlog_threshold`` (0: none), DB_BENCH_PROBE_INTERVAL [0.1],
 DB_BENCH_SHUFFLE_PARTITIONS [engine default].
@@ -51,6 +54,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -121,16 +125,17 @@ CHAIN: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 )
 
 
-def build_pipeline(incoming: Path, tables: int):
-    """The chain's first ``tables`` tables; returns (pipeline, table names in chain order)."""
-    from etl import FileSource, Pipeline
+KAFKA_TOPIC = "events"
+KAFKA_PARTITIONS = 2
+
+
+def build_pipeline(source, tables: int):
+    """The chain's first ``tables`` tables fed by ``source``; returns (pipeline, table names
+    in chain order)."""
+    from etl import Pipeline
 
     pipeline = Pipeline("freshness")
-    pipeline.ingest(
-        "ingest_events",
-        source=FileSource("drops", path=incoming, format="json", schema=SOURCE_SCHEMA),
-        output=ROOT_TABLE,
-    )
+    pipeline.ingest("ingest_events", source=source, output=ROOT_TABLE)
     names = [ROOT_TABLE]
     for output, mode, keys, query in CHAIN[: tables - 1]:
         pipeline.sql(
@@ -141,47 +146,52 @@ def build_pipeline(incoming: Path, tables: int):
 
 
 class Feeder(threading.Thread):
-    """Drops JSON files at a steady rate: ``rows_per_second`` rows in ``files_per_second``
-    files, each written under a dot-name and renamed (in-flight files are not taken)."""
+    """Emits ``rows_per_second`` rows in ``ticks_per_second`` ticks at a steady rate; a
+    subclass says where a tick's rows go."""
 
-    def __init__(self, incoming: Path, *, rows_per_second: int, files_per_second: float):
+    unit = "ticks"
+
+    def __init__(self, *, rows_per_second: int, ticks_per_second: float):
         super().__init__(name="feeder", daemon=True)
-        self.incoming = incoming
-        self.rows_per_file = max(1, round(rows_per_second / files_per_second))
-        self.period = 1.0 / files_per_second
+        self.rows_per_tick = max(1, round(rows_per_second / ticks_per_second))
+        self.period = 1.0 / ticks_per_second
         self.stop_event = threading.Event()
-        self.files = 0
+        self.ticks = 0
         self.rows = 0
         self.late = 0
         self._random = random.Random(14)
 
-    def _write(self, seq: int) -> None:
+    def _rows(self, seq: int) -> list[str]:
         r = self._random
         lines = []
-        for i in range(self.rows_per_file):
+        for i in range(self.rows_per_tick):
             customer = r.randrange(1000)
             amount = round(r.uniform(-5.0, 100.0), 2)
             lines.append(
                 json.dumps(
                     {
-                        "id": seq * self.rows_per_file + i,
+                        "id": seq * self.rows_per_tick + i,
                         "customer": customer,
                         "category": f"c{customer % 16}",
                         "amount": amount,
                     }
                 )
             )
-        hidden = self.incoming / f".drop-{seq:08d}.json"
-        hidden.write_text("\n".join(lines) + "\n")
-        os.replace(hidden, self.incoming / f"drop-{seq:08d}.json")
-        self.files += 1
-        self.rows += self.rows_per_file
+        return lines
+
+    def emit(self, seq: int, lines: list[str]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the feeder holds (after the thread ended)."""
 
     def run(self) -> None:
         next_at = time.monotonic()
         seq = 0
         while not self.stop_event.is_set():
-            self._write(seq)
+            self.emit(seq, self._rows(seq))
+            self.ticks += 1
+            self.rows += self.rows_per_tick
             seq += 1
             next_at += self.period
             delay = next_at - time.monotonic()
@@ -190,6 +200,78 @@ class Feeder(threading.Thread):
                 next_at = time.monotonic()
             elif self.stop_event.wait(delay):
                 break
+
+
+class FileFeeder(Feeder):
+    """One JSON file per tick, written under a dot-name and renamed (in-flight files are not
+    taken)."""
+
+    unit = "files"
+
+    def __init__(self, incoming: Path, *, rows_per_second: int, ticks_per_second: float):
+        super().__init__(rows_per_second=rows_per_second, ticks_per_second=ticks_per_second)
+        self.incoming = incoming
+
+    def emit(self, seq: int, lines: list[str]) -> None:
+        hidden = self.incoming / f".drop-{seq:08d}.json"
+        hidden.write_text("\n".join(lines) + "\n")
+        os.replace(hidden, self.incoming / f"drop-{seq:08d}.json")
+
+
+class KafkaFeeder(Feeder):
+    """One tick's records produced to the topic's partitions in turn, then flushed."""
+
+    unit = "producer flushes"
+
+    def __init__(self, bootstrap: str, *, rows_per_second: int, ticks_per_second: float):
+        from kafka import KafkaProducer
+
+        super().__init__(rows_per_second=rows_per_second, ticks_per_second=ticks_per_second)
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+
+    def emit(self, seq: int, lines: list[str]) -> None:
+        for i, line in enumerate(lines):
+            self.producer.send(KAFKA_TOPIC, line.encode(), partition=i % KAFKA_PARTITIONS)
+        self.producer.flush()
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+def _source_and_feeder(
+    kind: str, root: Path, stack: ExitStack, *, rows_per_second: int, ticks_per_second: float
+):
+    """The root job's source and the feeder that fills it (a local broker for Kafka)."""
+    from etl import FileSource
+
+    if kind == "file":
+        incoming = root / "incoming"
+        incoming.mkdir()
+        source = FileSource("drops", path=incoming, format="json", schema=SOURCE_SCHEMA)
+        feeder: Feeder = FileFeeder(
+            incoming, rows_per_second=rows_per_second, ticks_per_second=ticks_per_second
+        )
+        return source, feeder
+    if kind == "kafka":
+        from etl import KafkaSource
+        from tests.support.tansu import TansuBroker
+
+        broker = stack.enter_context(TansuBroker())
+        broker.create_topics({KAFKA_TOPIC: KAFKA_PARTITIONS})
+        source = KafkaSource(
+            "drops",
+            topics=[KAFKA_TOPIC],
+            bootstrap_servers=broker.bootstrap_servers,
+            schema=SOURCE_SCHEMA,
+        )
+        feeder = KafkaFeeder(
+            broker.bootstrap_servers,
+            rows_per_second=rows_per_second,
+            ticks_per_second=ticks_per_second,
+        )
+        stack.callback(feeder.close)
+        return source, feeder
+    raise SystemExit(f"DB_BENCH_SOURCE={kind!r}: say 'file' or 'kafka'")
 
 
 class Probe(threading.Thread):
@@ -467,6 +549,7 @@ def main() -> None:
     interval = env_float("DB_BENCH_EPOCH_INTERVAL", 1.0)
     rows_per_second = env_int("DB_BENCH_ROWS_PER_SECOND", 1000)
     files_per_second = env_float("DB_BENCH_FILES_PER_SECOND", 5.0)
+    source_kind = os.environ.get("DB_BENCH_SOURCE", "file").strip().lower()
     tables = max(2, min(len(CHAIN) + 1, env_int("DB_BENCH_JOBS", len(CHAIN) + 1)))
     probe_interval = env_float("DB_BENCH_PROBE_INTERVAL", 0.1)
     runner_options: dict[str, object] = {}
@@ -484,16 +567,21 @@ def main() -> None:
         if key.startswith("spark.sql."):
             spark.conf.set(key, value)  # also when the session already existed
     print(
-        f"{tables} tables, {interval:g} s epochs, {rows_per_second} rows/s in "
-        f"{files_per_second:g} files/s, warm-up {warmup:g} s, measured {seconds:g} s, "
+        f"{tables} tables fed by {source_kind}, {interval:g} s epochs, {rows_per_second} "
+        f"rows/s in {files_per_second:g} ticks/s, warm-up {warmup:g} s, measured {seconds:g} s, "
         f"runner options {runner_options or 'default'}; {load_average()}"
     )
-    with tempfile.TemporaryDirectory(prefix="freshness-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="freshness-") as tmp, ExitStack() as stack:
         root = Path(tmp)
-        incoming = root / "incoming"
-        incoming.mkdir()
+        source, feeder = _source_and_feeder(
+            source_kind,
+            root,
+            stack,
+            rows_per_second=rows_per_second,
+            ticks_per_second=files_per_second,
+        )
         warehouse = root / "warehouse"
-        pipeline, names = build_pipeline(incoming, tables)
+        pipeline, names = build_pipeline(source, tables)
         catalog = load_catalog(None, warehouse=warehouse)
         batches = BatchLog()
         runner = Runner(
@@ -519,9 +607,6 @@ def main() -> None:
             except BaseException as exc:  # noqa: BLE001 - reported below
                 outcome["error"] = exc
 
-        feeder = Feeder(
-            incoming, rows_per_second=rows_per_second, files_per_second=files_per_second
-        )
         probe = Probe(warehouse, names, interval=probe_interval)
         driver = threading.Thread(target=drive, name="runner", daemon=True)
         with LoadSampler() as load:
@@ -547,7 +632,8 @@ def main() -> None:
         if failures:
             raise RuntimeError(f"jobs failed: {failures}")
         print(
-            f"fed {feeder.rows} rows in {feeder.files} files ({feeder.late} late ticks); "
+            f"fed {feeder.rows} rows in {feeder.ticks} {feeder.unit} ({feeder.late} late "
+            f"ticks); "
             f"{len(batches.records)} batches; stopping took {drained:.1f} s "
             "(the runner finishes the issued epochs)"
         )

@@ -55,3 +55,15 @@ def test_benchmark_runs_at_a_tiny_size(name, spark, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert EXPECTED[name] in out, out
     assert "Traceback" not in out
+
+
+def test_freshness_runs_with_a_kafka_root_at_a_tiny_size(spark, monkeypatch, capsys):
+    for key, value in TINY["freshness"].items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("DB_BENCH_SOURCE", "kafka")
+    module = importlib.import_module("bench.freshness_bench")
+    module.main()
+    out = capsys.readouterr().out
+    assert "fed by kafka" in out, out
+    assert EXPECTED["freshness"] in out, out
+    assert "producer flushes" in out, out
