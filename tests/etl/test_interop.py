@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib.metadata
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from pathlib import Path
 
 import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -22,6 +24,7 @@ from etl.delta import (
     restore_table,
     write_files,
 )
+from etl.delta.logfile import CHECKPOINT_INTERVAL
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 
@@ -232,3 +235,86 @@ def test_deletion_vector_versions_read_the_same_in_duckdb_polars_and_delta_rs(sp
         assert _canonical(scanned, names) == expected, ("delta-rs", version)
     with pytest.raises(Exception, match="(?i)deletion"):
         DeltaTable(location).to_pyarrow_table()
+
+
+@pytest.fixture(scope="module")
+def checkpointed_dv_versions(spark, tmp_path_factory) -> tuple[str, list[int]]:
+    """A deletion-vector table past its first checkpoint: create, eleven merges (the
+    checkpoint at version 10 holds files with deletion vectors), a RESTORE across the
+    checkpoint to version 4."""
+    location = str(tmp_path_factory.mktemp("interop-checkpoint") / "table")
+    names = ["plain", None, "x=y"]
+    fence = Fence("interop", generation=1)
+
+    def commit(df, files, txn, **options):
+        return commit_files(
+            location,
+            files,
+            schema=to_arrow_schema(df.schema, timezone="UTC"),
+            mode="append",
+            partition_by=PARTITION_BY,
+            fence=fence,
+            metadata={"delta_barrier.epoch": txn},
+            **options,
+        )
+
+    base = spark.createDataFrame([_row(i, 1, names[i % 3]) for i in range(30)], SCHEMA)
+    files = write_files(
+        base.repartition(2), location, partition_by=PARTITION_BY, file_prefix="1", collect_rows=0
+    )
+    written = [commit(base, files, 1, deletion_vectors=True)]
+    for epoch in range(2, CHECKPOINT_INTERVAL + 3):
+        ids = [epoch, epoch + 7, (epoch * 5) % 30, 100 + epoch]
+        updates = spark.createDataFrame(
+            [_row(i, epoch, names[(i + epoch) % 3]) for i in ids], SCHEMA
+        )
+        merged = merge_files(
+            spark,
+            location,
+            version=written[-1],
+            updates=updates,
+            keys=["id"],
+            partition_by=PARTITION_BY,
+            file_prefix=str(epoch),
+            rewrite_all_bytes=0,
+        )
+        assert merged.deletes and not merged.removes
+        written.append(commit(updates, merged.adds, epoch, deletes=merged.deletes))
+    written.append(
+        restore_table(
+            location, to_version=written[4], planned_at=written[-1], fence=fence, metadata={}
+        )
+    )
+    assert written == list(range(CHECKPOINT_INTERVAL + 3))
+    return location, written
+
+
+def test_readers_read_deletion_vectors_through_our_checkpoints(spark, checkpointed_dv_versions):
+    location, written = checkpointed_dv_versions
+    log = Path(location) / "_delta_log"
+    checkpoint = log / f"{CHECKPOINT_INTERVAL:020d}.checkpoint.parquet"
+    assert checkpoint.is_file()
+    # The checkpoint itself holds deletion vectors (what the readers below must apply).
+    adds = pq.read_table(checkpoint, columns=["add"]).column("add").to_pylist()
+    assert any(a and a.get("deletionVector") for a in adds)
+    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    connection.execute(f"LOAD '{_delta_extension()}'")
+    connection.execute(f"ATTACH 'file://{location}' AS interop_cp (TYPE delta)")
+    # Before the checkpoint (JSON only), at it, after it (checkpoint + JSON), the RESTORE.
+    for version in (CHECKPOINT_INTERVAL - 1, *written[CHECKPOINT_INTERVAL:]):
+        names, expected = _expected(spark, location, version)
+        assert len(expected) == len({row[names.index("id")] for row in expected}), version
+        duck = connection.execute(f"SELECT * FROM interop_cp AT (VERSION => {version})")
+        assert _canonical(duck.fetch_arrow_table(), names) == expected, ("duckdb", version)
+        # Polars applies no deletion vector on an escaped partition path (see above).
+        polars = pl.read_delta(location, version=version).filter(
+            pl.col("name").is_null() | (pl.col("name") == "plain")
+        )
+        plain = [r for r in expected if r[names.index("name")] in (None, "plain")]
+        assert _canonical(polars.to_arrow(), names) == plain, ("polars", version)
+        scanned = pa.table(DeltaTable(location, version=version).scan().read_all())
+        assert _canonical(scanned, names) == expected, ("delta-rs", version)
+    latest = connection.execute("SELECT * FROM interop_cp")
+    names, expected = _expected(spark, location, written[-1])
+    assert _canonical(latest.fetch_arrow_table(), names) == expected
+    assert expected == _expected(spark, location, written[4])[1]
