@@ -162,12 +162,18 @@ def test_polars_reads_every_version(spark, versions):
         assert _canonical(got, names) == expected, version
 
 
-@pytest.fixture(scope="module")
-def dv_versions(spark, tmp_path_factory) -> tuple[str, list[int]]:
-    """A table with deletion vectors at versions: create, merge, merge, RESTORE to the
-    first merge; partition values that need escaping."""
-    location = str(tmp_path_factory.mktemp("interop-dv") / "table")
-    names = ["a/b c", "x=y", None, "plain", "p+q%"]
+def _dv_table(
+    spark,
+    location: str,
+    *,
+    names: list[str | None],
+    rows: int,
+    merges: list[list[int]],
+    restore_to: int,
+) -> list[int]:
+    """A table with deletion vectors: created with ``rows`` rows (partitioned by
+    ``names``), one merge of each id list (by deletion vectors), then a RESTORE to version
+    ``restore_to``. Returns the versions written."""
     fence = Fence("interop", generation=1)
 
     def commit(df, files, txn, **options):
@@ -182,14 +188,14 @@ def dv_versions(spark, tmp_path_factory) -> tuple[str, list[int]]:
             **options,
         )
 
-    base = spark.createDataFrame([_row(i, 1, names[i % 5]) for i in range(60)], SCHEMA)
+    base = spark.createDataFrame([_row(i, 1, names[i % len(names)]) for i in range(rows)], SCHEMA)
     files = write_files(
         base.repartition(3), location, partition_by=PARTITION_BY, file_prefix="1", collect_rows=0
     )
     written = [commit(base, files, 1, deletion_vectors=True)]
-    for epoch, ids in ((2, [3, 7, 11, 59, 100]), (3, [7, 8, 9, 100])):
+    for epoch, ids in enumerate(merges, start=2):
         updates = spark.createDataFrame(
-            [_row(i, epoch, names[(i + epoch) % 5]) for i in ids], SCHEMA
+            [_row(i, epoch, names[(i + epoch) % len(names)]) for i in ids], SCHEMA
         )
         merged = merge_files(
             spark,
@@ -205,19 +211,18 @@ def dv_versions(spark, tmp_path_factory) -> tuple[str, list[int]]:
         written.append(commit(updates, merged.adds, epoch, deletes=merged.deletes))
     written.append(
         restore_table(
-            location, to_version=written[1], planned_at=written[-1], fence=fence, metadata={}
+            location, to_version=restore_to, planned_at=written[-1], fence=fence, metadata={}
         )
     )
-    assert written == [0, 1, 2, 3]
-    return location, written
+    return written
 
 
-def test_deletion_vector_versions_read_the_same_in_duckdb_polars_and_delta_rs(spark, dv_versions):
-    location, written = dv_versions
+def _assert_dv_readers_agree(spark, location: str, versions) -> None:
+    """DuckDB, Polars and delta-rs read each version of a deletion-vector table as we do."""
     connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
     connection.execute(f"LOAD '{_delta_extension()}'")
     connection.execute(f"ATTACH 'file://{location}' AS interop_dv (TYPE delta)")
-    for version in written:
+    for version in versions:
         names, expected = _expected(spark, location, version)
         assert len(expected) == len({row[names.index("id")] for row in expected}), version
         duck = connection.execute(f"SELECT * FROM interop_dv AT (VERSION => {version})")
@@ -233,6 +238,31 @@ def test_deletion_vector_versions_read_the_same_in_duckdb_polars_and_delta_rs(sp
         # delta-rs' pyarrow dataset refuses deletion vectors; its DataFusion scan reads them.
         scanned = pa.table(DeltaTable(location, version=version).scan().read_all())
         assert _canonical(scanned, names) == expected, ("delta-rs", version)
+    latest = connection.execute("SELECT * FROM interop_dv")
+    names, expected = _expected(spark, location, DeltaTable(location).version())
+    assert _canonical(latest.fetch_arrow_table(), names) == expected, "duckdb latest"
+
+
+@pytest.fixture(scope="module")
+def dv_versions(spark, tmp_path_factory) -> tuple[str, list[int]]:
+    """A table with deletion vectors at versions: create, merge, merge, RESTORE to the
+    first merge; partition values that need escaping."""
+    location = str(tmp_path_factory.mktemp("interop-dv") / "table")
+    written = _dv_table(
+        spark,
+        location,
+        names=["a/b c", "x=y", None, "plain", "p+q%"],
+        rows=60,
+        merges=[[3, 7, 11, 59, 100], [7, 8, 9, 100]],
+        restore_to=1,
+    )
+    assert written == [0, 1, 2, 3]
+    return location, written
+
+
+def test_deletion_vector_versions_read_the_same_in_duckdb_polars_and_delta_rs(spark, dv_versions):
+    location, written = dv_versions
+    _assert_dv_readers_agree(spark, location, written)
     with pytest.raises(Exception, match="(?i)deletion"):
         DeltaTable(location).to_pyarrow_table()
 
@@ -243,47 +273,16 @@ def checkpointed_dv_versions(spark, tmp_path_factory) -> tuple[str, list[int]]:
     checkpoint at version 10 holds files with deletion vectors), a RESTORE across the
     checkpoint to version 4."""
     location = str(tmp_path_factory.mktemp("interop-checkpoint") / "table")
-    names = ["plain", None, "x=y"]
-    fence = Fence("interop", generation=1)
-
-    def commit(df, files, txn, **options):
-        return commit_files(
-            location,
-            files,
-            schema=to_arrow_schema(df.schema, timezone="UTC"),
-            mode="append",
-            partition_by=PARTITION_BY,
-            fence=fence,
-            metadata={"delta_barrier.epoch": txn},
-            **options,
-        )
-
-    base = spark.createDataFrame([_row(i, 1, names[i % 3]) for i in range(30)], SCHEMA)
-    files = write_files(
-        base.repartition(2), location, partition_by=PARTITION_BY, file_prefix="1", collect_rows=0
-    )
-    written = [commit(base, files, 1, deletion_vectors=True)]
-    for epoch in range(2, CHECKPOINT_INTERVAL + 3):
-        ids = [epoch, epoch + 7, (epoch * 5) % 30, 100 + epoch]
-        updates = spark.createDataFrame(
-            [_row(i, epoch, names[(i + epoch) % 3]) for i in ids], SCHEMA
-        )
-        merged = merge_files(
-            spark,
-            location,
-            version=written[-1],
-            updates=updates,
-            keys=["id"],
-            partition_by=PARTITION_BY,
-            file_prefix=str(epoch),
-            rewrite_all_bytes=0,
-        )
-        assert merged.deletes and not merged.removes
-        written.append(commit(updates, merged.adds, epoch, deletes=merged.deletes))
-    written.append(
-        restore_table(
-            location, to_version=written[4], planned_at=written[-1], fence=fence, metadata={}
-        )
+    written = _dv_table(
+        spark,
+        location,
+        names=["plain", None, "x=y"],
+        rows=30,
+        merges=[
+            [epoch, epoch + 7, (epoch * 5) % 30, 100 + epoch]
+            for epoch in range(2, CHECKPOINT_INTERVAL + 3)
+        ],
+        restore_to=4,
     )
     assert written == list(range(CHECKPOINT_INTERVAL + 3))
     return location, written
@@ -291,30 +290,13 @@ def checkpointed_dv_versions(spark, tmp_path_factory) -> tuple[str, list[int]]:
 
 def test_readers_read_deletion_vectors_through_our_checkpoints(spark, checkpointed_dv_versions):
     location, written = checkpointed_dv_versions
-    log = Path(location) / "_delta_log"
-    checkpoint = log / f"{CHECKPOINT_INTERVAL:020d}.checkpoint.parquet"
+    checkpoint = Path(location) / "_delta_log" / f"{CHECKPOINT_INTERVAL:020d}.checkpoint.parquet"
     assert checkpoint.is_file()
-    # The checkpoint itself holds deletion vectors (what the readers below must apply).
+    # The checkpoint itself holds deletion vectors (what the readers must apply).
     adds = pq.read_table(checkpoint, columns=["add"]).column("add").to_pylist()
     assert any(a and a.get("deletionVector") for a in adds)
-    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    connection.execute(f"LOAD '{_delta_extension()}'")
-    connection.execute(f"ATTACH 'file://{location}' AS interop_cp (TYPE delta)")
     # Before the checkpoint (JSON only), at it, after it (checkpoint + JSON), the RESTORE.
-    for version in (CHECKPOINT_INTERVAL - 1, *written[CHECKPOINT_INTERVAL:]):
-        names, expected = _expected(spark, location, version)
-        assert len(expected) == len({row[names.index("id")] for row in expected}), version
-        duck = connection.execute(f"SELECT * FROM interop_cp AT (VERSION => {version})")
-        assert _canonical(duck.fetch_arrow_table(), names) == expected, ("duckdb", version)
-        # Polars applies no deletion vector on an escaped partition path (see above).
-        polars = pl.read_delta(location, version=version).filter(
-            pl.col("name").is_null() | (pl.col("name") == "plain")
-        )
-        plain = [r for r in expected if r[names.index("name")] in (None, "plain")]
-        assert _canonical(polars.to_arrow(), names) == plain, ("polars", version)
-        scanned = pa.table(DeltaTable(location, version=version).scan().read_all())
-        assert _canonical(scanned, names) == expected, ("delta-rs", version)
-    latest = connection.execute("SELECT * FROM interop_cp")
-    names, expected = _expected(spark, location, written[-1])
-    assert _canonical(latest.fetch_arrow_table(), names) == expected
-    assert expected == _expected(spark, location, written[4])[1]
+    _assert_dv_readers_agree(
+        spark, location, [CHECKPOINT_INTERVAL - 1, *written[CHECKPOINT_INTERVAL:]]
+    )
+    assert _expected(spark, location, written[-1]) == _expected(spark, location, 4)
