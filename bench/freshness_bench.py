@@ -20,7 +20,8 @@ Reported:
 - freshness = (first time the repeatable-read cut reached the epoch) - (its barrier_ts):
   p50 / p95 / max. An epoch that was coalesced is never visible itself; its rows are once
   a later epoch is, so it counts at that time (the figure over exactly-visible epochs only
-  is printed too);
+  is printed too), and its p50 in the window's first and second halves (a chain that
+  cannot keep up shows a lag that grows; coalescing must keep it bounded);
 - the share of epochs coalesced, per table (catalog ``COALESCED`` states);
 - where an epoch's time goes, per job, from the catalog's own timestamps (the epoch's
   barrier and creation, each table's PROCESSED and WRITTEN transitions) and the runner's
@@ -414,6 +415,18 @@ def _report(
     print(f"  epoch visible : {_stats(exact)}  (epochs readable as themselves)")
     if unseen:
         print(f"  never visible before the probe stopped: {len(unseen)} epochs")
+    # Overloaded, epochs coalesce; the lag must still stop growing.
+    early, late = (
+        [probe.reached[e] - barrier[e] for e in half if e in probe.reached]
+        for half in (ids[: len(ids) // 2], ids[len(ids) // 2 :])
+    )
+    if early and late:
+        early_p50, late_p50 = percentile(early, 50), percentile(late, 50)
+        trend = "bounded" if late_p50 <= 1.5 * early_p50 + 1.0 else "GROWING: it falls behind"
+        print(
+            f"  lag trend     : p50 {early_p50:.2f} s in the window's first half, "
+            f"{late_p50:.2f} s in its second ({trend})"
+        )
     if probe.resolutions:
         print(
             f"  probe: {len(probe.resolutions)} snapshots, median resolve "
