@@ -177,6 +177,24 @@ def staging_dirs(location: str) -> list[StoredFile]:
     return dirs
 
 
+def log_leftovers(location: str) -> list[StoredFile]:
+    """Temporary files in ``_delta_log`` that a writer killed mid-commit left: ours
+    (``.<version>.json.<uuid>.tmp``, :func:`etl.delta.logfile.commit_actions`), delta-rs'
+    (``_commit_<uuid>.json.tmp``) and object_store's staged uploads (``<name>#<n>``). No
+    reader takes them for log entries; only their age tells a dead writer's from a live
+    one's."""
+    location = normalize_location(location)
+    fs, root = filesystem(location)
+    found = []
+    selector = pafs.FileSelector(f"{root}/{LOG_DIR}", allow_not_found=True)
+    for info in fs.get_file_info(selector):
+        name = info.base_name
+        if info.is_file and (name.endswith(".tmp") or "#" in name):
+            mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
+            found.append(StoredFile(f"{LOG_DIR}/{name}", info.size or 0, mtime))
+    return found
+
+
 def delete_paths(location: str, paths: Sequence[str], *, directories: bool = False) -> None:
     location = normalize_location(location)
     fs, root = filesystem(location)
@@ -406,6 +424,7 @@ __all__ = [
     "commit_rewrite",
     "delete_paths",
     "discard_rewrite",
+    "log_leftovers",
     "log_size",
     "log_upkeep",
     "plan_compaction",

@@ -12,9 +12,10 @@ PRODUCT.md, "Retention, pins and tags". Safe while pipelines run:
   first and then finds its epochs unexpired (etl/retention/pins.py) is therefore always
   seen, either through its pin or through its unexpired epoch.
 - **Vacuum** deletes files no kept version references. Files the readable log never
-  mentions (orphans: a crashed batch's, or a batch whose commit is still coming) and
-  staging directories go only after ``orphan_age``, and a staging directory only while
-  its writer job's lease is not held by a live run.
+  mentions (orphans: a crashed batch's, or a batch whose commit is still coming), the
+  temporary files a writer killed mid-commit left in ``_delta_log``, and staging
+  directories go only after ``orphan_age``, and a staging directory only while its writer
+  job's lease is not held by a live run.
 - **Compaction** rewrites small files of a job's tables under that job's lease: only
   when the lease is free (or the caller's run holds it: ``held``, maintenance inside
   ``etl run --continuous``, whose commits land only while the job has no batch in flight,
@@ -46,6 +47,7 @@ from etl.delta.maintenance import (
     commit_rewrite,
     delete_paths,
     discard_rewrite,
+    log_leftovers,
     log_upkeep,
     plan_compaction,
     referenced_files,
@@ -424,6 +426,9 @@ def _vacuum_table(
             doomed.append(file)
             if file.path not in refs.known:
                 entry.orphans_removed += 1
+    leftovers = [f for f in log_leftovers(info.location) if f.mtime < cutoff]
+    doomed += leftovers
+    entry.orphans_removed += len(leftovers)
     stale_staging = (
         [] if writer_live else [d for d in staging_dirs(info.location) if d.mtime < cutoff]
     )

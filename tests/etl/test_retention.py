@@ -181,17 +181,32 @@ def test_orphans_removed_after_safety_age_only(tmp_path, spark):
     staging = location / "_delta_barrier_staging-crashed-x"
     staging.mkdir()
     (staging / "part-0.parquet").write_bytes(b"x")
+    # What a writer killed mid-commit leaves in the log: ours, delta-rs', object_store's.
+    log = location / "_delta_log"
+    entries = sorted(p.name for p in log.iterdir())
+    leftovers = [
+        log / f".{5:020d}.json.{'a' * 32}.tmp",
+        log / "_commit_0b7e2f.json.tmp",
+        log / f"{5:020d}.json#1",
+    ]
+    for leftover in leftovers:
+        leftover.write_text('{"commitInfo":{}}\n')
     report = maintain(env.catalog, orphan_age=timedelta(hours=1))
     assert orphan.exists() and staging.exists(), report  # a batch in flight looks like this
+    assert all(leftover.exists() for leftover in leftovers)  # a commit in flight too
     old = time.time() - 7200
     os.utime(orphan, (old, old))
+    for leftover in leftovers:
+        os.utime(leftover, (old, old))
     os.utime(staging / "part-0.parquet", (old, old))
     os.utime(staging, (old, old))
     # while the writer's lease is held by a live run, its staging directory stays
     lease = env.catalog.acquire_lease("ingest", "someone-else", ttl_seconds=60)
     report = maintain(env.catalog, orphan_age=timedelta(hours=1), compaction=False)
     assert not orphan.exists() and staging.exists()
-    assert any(t.orphans_removed == 1 for t in report.tables)
+    assert not any(leftover.exists() for leftover in leftovers)
+    assert any(t.orphans_removed == 1 + len(leftovers) for t in report.tables)
+    assert set(entries) <= {p.name for p in log.iterdir()}  # no log entry went with them
     env.catalog.release_lease(lease)
     maintain(env.catalog, orphan_age=timedelta(hours=1), compaction=False)
     assert not staging.exists()
