@@ -7,6 +7,7 @@ commit metadata (the ``META_*`` keys of :mod:`consistency.models`), which
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -140,8 +141,9 @@ def active_files(table: DeltaTable, *, epochs: tuple[int, int] | None = None) ->
     epoch of it should not cost a Python object for each file of its history.
     """
     actions = pa.table(table.get_add_actions(flatten=False))
-    if epochs is not None:
-        actions = actions.filter(_may_hold_epochs(actions, *epochs))
+    keep = None if epochs is None else _may_hold_epochs(actions, *epochs)
+    if keep is not None:
+        actions = actions.filter(keep)
     columns = set(actions.column_names)
     rows = actions.select(
         [
@@ -184,20 +186,21 @@ def _epoch_field(actions: pa.Table, column: str) -> pa.ChunkedArray | None:
     return pc.struct_field(struct, EPOCH_COLUMN)
 
 
-def _may_hold_epochs(actions: pa.Table, first: int, last: int) -> pa.ChunkedArray | bool:
-    """Per add action, whether its file may hold rows of epochs ``first``..``last``."""
+def _may_hold_epochs(actions: pa.Table, first: int, last: int) -> pa.ChunkedArray | None:
+    """Per add action, whether its file may hold rows of epochs ``first``..``last``; None
+    when no file has what could rule it out."""
     partition = _epoch_field(actions, "partition")
     if partition is not None:
         inside = pc.and_(pc.greater_equal(partition, first), pc.less_equal(partition, last))
         return pc.fill_null(inside, False)  # a null partition value holds no epoch
     # A missing bound (no statistics) cannot rule the file out.
-    keep = pa.chunked_array([pa.array([True] * actions.num_rows, pa.bool_())])
     low, high = _epoch_field(actions, "min"), _epoch_field(actions, "max")
+    bounds = []
     if low is not None:
-        keep = pc.and_(keep, pc.fill_null(pc.less_equal(low, last), True))
+        bounds.append(pc.fill_null(pc.less_equal(low, last), True))
     if high is not None:
-        keep = pc.and_(keep, pc.fill_null(pc.greater_equal(high, first), True))
-    return keep
+        bounds.append(pc.fill_null(pc.greater_equal(high, first), True))
+    return functools.reduce(pc.and_, bounds) if bounds else None
 
 
 def history(table: DeltaTable, location: str, *, limit: int | None = None) -> list[dict]:

@@ -46,7 +46,8 @@ from etl.delta import (
     table_version,
     write_files,
 )
-from etl.delta.layout import spark_file_path
+from etl.delta.layout import filesystem, spark_file_path
+from etl.delta.logfile import log_versions
 from etl.delta.write import SMALL_OUTPUT_ROWS, string_upper_bound
 from etl.errors import (
     CommitConflictError,
@@ -503,6 +504,9 @@ def test_read_epochs_opens_only_files_whose_epochs_overlap(spark, tmp_path):
     assert read_pandas(str(parted), filter_epochs=(3, 3))["id"].sort_values().tolist() == [2, 5, 8]
 
 
+LOG_SCHEMA = pa.schema([("id", pa.int64()), ("_epoch", pa.int64())])
+
+
 def test_epoch_pruning_keeps_files_without_statistics_and_drops_the_others(tmp_path):
     """read_epochs' file pruning (in Arrow, before a Python object per file): a file whose
     min/max of _epoch miss the range is left out; one without statistics is kept."""
@@ -655,15 +659,10 @@ def test_empty_versions_and_missing_tables(spark, tmp_path):
         read_table(spark, str(tmp_path / "t"), version=5)
 
 
-LOG_SCHEMA = pa.schema([("id", pa.int64()), ("_epoch", pa.int64())])
-
-
 def _log_files(location: Path) -> tuple[list[int], list[int]]:
     """(versions with a JSON commit, versions with a checkpoint) in the table's log."""
-    names = [p.name for p in (location / "_delta_log").iterdir()]
-    commits = sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
-    checkpoints = sorted(int(n[:20]) for n in names if n.endswith(".checkpoint.parquet"))
-    return commits, checkpoints
+    commits, checkpoints = log_versions(*filesystem(str(location)))
+    return commits, sorted(checkpoints)
 
 
 def _empty_commit(location: Path, fence: Fence, *, mode="append") -> int:
