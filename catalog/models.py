@@ -23,6 +23,9 @@ TableKind = Literal["root", "derived", "rejects", "quarantine"]
 # Names become directory names under the warehouse and SQL identifiers: keep them to a
 # conservative identifier alphabet so that no name can escape the warehouse or inject SQL.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# A tag is only ever a value in the catalog (never a path or an identifier): it may also
+# hold the hyphens and dots people write in names (git and dbt accept them).
+_TAG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
 def validate_name(name: str, *, kind: str = "table") -> str:
@@ -32,6 +35,19 @@ def validate_name(name: str, *, kind: str = "table") -> str:
             kind=kind,
             name=str(name),
             reason="use 1-128 letters, digits and underscores, starting with a letter or underscore",
+        )
+    return name
+
+
+def validate_tag_name(name: str) -> str:
+    """Return ``name`` if it is a valid tag name (``before-migration``, ``v1.2``), else
+    raise InvalidNameError."""
+    if not isinstance(name, str) or not _TAG_NAME.fullmatch(name) or ".." in name:
+        raise InvalidNameError(
+            kind="tag",
+            name=str(name),
+            reason="use 1-128 letters, digits, underscores, hyphens and dots, starting with a "
+            "letter, digit or underscore",
         )
     return name
 

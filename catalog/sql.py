@@ -87,6 +87,7 @@ from catalog.models import (
     ValidationRecord,
     WriteMode,
     validate_name,
+    validate_tag_name,
 )
 from catalog.states import check_transition
 from catalog.timestamps import as_utc
@@ -2450,7 +2451,7 @@ class SqlCatalog(Catalog):
     def create_tag(
         self, name: str, *, epoch: int, versions: Mapping[str, int], pipeline: str | None
     ) -> Tag:
-        validate_name(name, kind="tag")
+        validate_tag_name(name)
         encoded = self._versions(versions)
         with self._write() as conn:
             existing = conn.execute(sa.select(tags_table).where(tags_table.c.name == name)).first()

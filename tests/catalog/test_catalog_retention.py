@@ -119,9 +119,17 @@ def test_tags_live_until_deleted_and_protect_their_epoch(catalog):
     with pytest.raises(UnknownTagError):
         catalog.delete_tag("month_end")
     assert catalog.expire_epochs([e1, e2], rule=RULE) == [e1]
-    with pytest.raises(InvalidNameError) as invalid:
-        catalog.create_tag("../x", epoch=e2, versions={}, pipeline=None)
-    assert invalid.value.kind == "tag"
+    for bad in ("../x", "-x", "a b", "x/y", "a..b", "x" * 129):
+        with pytest.raises(InvalidNameError) as invalid:
+            catalog.create_tag(bad, epoch=e2, versions={}, pipeline=None)
+        assert invalid.value.kind == "tag"
+
+
+def test_tag_names_may_hold_hyphens_and_dots(catalog):
+    (e1,) = epochs(catalog, 1)
+    for name in ("before-migration", "v1.2", "2026-01-05"):
+        catalog.create_tag(name, epoch=e1, versions={}, pipeline=None)
+        assert catalog.get_tag(name).name == name
 
 
 def test_expiry_checks_epochs_and_pipelines(catalog):

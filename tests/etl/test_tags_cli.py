@@ -40,28 +40,41 @@ def test_tag_create_list_read_expire_and_delete(tmp_path):
     warehouse, catalog = _history(tmp_path)
     wh = ("--warehouse", warehouse)
 
-    created = etl("tag", "create", "audit", "--epoch", "2", *wh, cwd=tmp_path)
+    created = etl("tag", "create", "before-migration", "--epoch", "2", *wh, cwd=tmp_path)
     assert created.returncode == 0, created.stderr
-    assert "tag audit -> epoch 2" in created.stdout
-    again = etl("tag", "create", "audit", "--epoch", "3", *wh, cwd=tmp_path)
-    assert again.returncode == 2 and "audit" in again.stderr, again.stderr
+    assert "tag before-migration -> epoch 2" in created.stdout
+    again = etl("tag", "create", "before-migration", "--epoch", "3", *wh, cwd=tmp_path)
+    assert again.returncode == 2 and "before-migration" in again.stderr, again.stderr
 
     listed = etl("tag", "list", "--format", "json", *wh, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     [tag] = json.loads(listed.stdout)
-    assert (tag["name"], tag["epoch"], tag["versions"]) == ("audit", 2, {"facts": 1})
+    assert (tag["name"], tag["epoch"], tag["versions"]) == ("before-migration", 2, {"facts": 1})
 
     query = "SELECT id FROM facts ORDER BY id"
-    at_tag = etl("sql", query, "--as-of-tag", "audit", "--format", "json", *wh, cwd=tmp_path)
+    at_tag = etl(
+        "sql", query, "--as-of-tag", "before-migration", "--format", "json", *wh, cwd=tmp_path
+    )
     at_epoch = etl("sql", query, "--as-of-epoch", "2", "--format", "json", *wh, cwd=tmp_path)
     assert at_tag.returncode == at_epoch.returncode == 0, at_tag.stderr + at_epoch.stderr
     assert json.loads(at_tag.stdout) == json.loads(at_epoch.stdout) == [{"id": 1}, {"id": 2}]
-    cut = etl("snapshot", "facts", "--as-of-tag", "audit", "--format", "json", *wh, cwd=tmp_path)
+    cut = etl(
+        "snapshot",
+        "facts",
+        "--as-of-tag",
+        "before-migration",
+        "--format",
+        "json",
+        *wh,
+        cwd=tmp_path,
+    )
     assert cut.returncode == 0, cut.stderr
     described = json.loads(cut.stdout)
     assert described["epoch"] == 2
     assert [(t["table"], t["version"]) for t in described["tables"]] == [("facts", 1)]
-    both = etl("sql", query, "--as-of-tag", "audit", "--as-of-epoch", "2", *wh, cwd=tmp_path)
+    both = etl(
+        "sql", query, "--as-of-tag", "before-migration", "--as-of-epoch", "2", *wh, cwd=tmp_path
+    )
     assert both.returncode == 2 and "--as-of-tag" in both.stderr, both.stderr
 
     # retention skips the tagged epoch; the untagged one expires and cannot be tagged
@@ -72,10 +85,10 @@ def test_tag_create_list_read_expire_and_delete(tmp_path):
     expired = etl("sql", query, "--as-of-epoch", "1", *wh, cwd=tmp_path)
     assert expired.returncode == 2 and "every epoch for 1h" in expired.stderr, expired.stderr
 
-    deleted = etl("tag", "delete", "audit", *wh, cwd=tmp_path)
+    deleted = etl("tag", "delete", "before-migration", *wh, cwd=tmp_path)
     assert deleted.returncode == 0, deleted.stderr
-    gone = etl("sql", query, "--as-of-tag", "audit", *wh, cwd=tmp_path)
-    assert gone.returncode == 2 and "audit" in gone.stderr, gone.stderr
+    gone = etl("sql", query, "--as-of-tag", "before-migration", *wh, cwd=tmp_path)
+    assert gone.returncode == 2 and "before-migration" in gone.stderr, gone.stderr
     listed = etl("tag", "list", "--format", "json", *wh, cwd=tmp_path)
     assert json.loads(listed.stdout) == []
     # the epoch the tag protected may now expire
