@@ -368,7 +368,44 @@ def main() -> None:
     except UsageError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(ExitCode.USAGE)
-    command.main(prog_name="etl", default_map=defaults)
+    command.main(
+        args=hoist_global_options(command, sys.argv[1:]), prog_name="etl", default_map=defaults
+    )
+
+
+_GLOBAL_OPTION = re.compile(r"^(-v+|--verbose|--spark-ui|--log-level(=.*)?)$")
+
+
+def hoist_global_options(command: Any, args: list[str]) -> list[str]:
+    """``args`` with the global options (``-v``, ``-vv``, ``--log-level``, ``--spark-ui``)
+    given after a command moved before it, so that every command takes them (``etl status
+    -v``), unless the command has an option of that name itself (``etl run -v``)."""
+    position = 0
+    while position < len(args) and hasattr(command, "commands"):
+        word = args[position]
+        if word.startswith("-"):
+            position += 2 if word == "--log-level" else 1
+            continue
+        command = command.commands.get(word)
+        if command is None:
+            return args
+        position += 1
+    own = {name for param in command.params for name in (*param.opts, *param.secondary_opts)}
+    hoisted: list[str] = []
+    rest: list[str] = []
+    words = iter(args[position:])
+    for word in words:
+        if word == "--":
+            rest += [word, *words]
+            break
+        name = "-v" if word.startswith("-v") and not word.startswith("--") else word.split("=")[0]
+        if not _GLOBAL_OPTION.match(word) or name in own:
+            rest.append(word)
+            continue
+        hoisted.append(word)
+        if word == "--log-level":
+            hoisted.append(next(words, ""))
+    return [*hoisted, *args[:position], *rest]
 
 
 __all__ = [
