@@ -25,6 +25,7 @@ from catalog.models import (
     PipelineInfo,
     Resolution,
     ResolutionAction,
+    RetiredPipeline,
     SealRequest,
     SourceSlice,
     TableEpoch,
@@ -64,6 +65,19 @@ class Catalog(ABC):
         again (same definition) revives it: ``retired_at`` is cleared. Raises
         TableConflictError if it exists with another location, kind, partitioning or
         pipeline.
+        """
+
+    @abstractmethod
+    def register_pipeline(
+        self, name: str, tables: Sequence[TableSpec], jobs: Sequence[JobSpec]
+    ) -> PipelineInfo:
+        """Register a pipeline's tables and jobs (their ``pipeline`` becomes ``name``) in one
+        transaction, as :meth:`register_table` and :meth:`register_job` would one by one.
+
+        First, before anything is written, refuses with NameOwnedError (naming both
+        pipelines) every job, source or table name another pipeline owns: job and source
+        names are warehouse-wide, like table names. Any refusal leaves the catalog as it
+        was; two processes registering at once are serialized by the write lock.
         """
 
     @abstractmethod
@@ -122,6 +136,16 @@ class Catalog(ABC):
 
         Refused with RetirementBlockedError (naming them) while an active job reads one of
         its outputs. ``register_job`` revives it.
+        """
+
+    @abstractmethod
+    def retire_pipeline(self, name: str) -> RetiredPipeline:
+        """Remove a pipeline's registration: its jobs, their leases and failures, its
+        sources' slices, its tables' registration and states, its epochs, commits, pins,
+        tags and expiries. Delta files are not touched. Its epoch ids are never issued again.
+
+        Refused with RetirementBlockedError while a job of it holds a live lease (a run of
+        it is going on); UnknownPipelineError for a pipeline the catalog does not know.
         """
 
     @abstractmethod

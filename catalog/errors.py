@@ -26,10 +26,12 @@ class CatalogUnavailableError(CatalogError):
         self.host = host
         self.database = database
         where = f"{backend} database {database!r}" + (f" on {host}" if host else "")
-        super().__init__(
-            f"cannot open the catalog ({where}): {reason}. "
-            "Check that the server is running and the catalog URL is right."
+        check = (
+            "Check that the file's directory exists and that the file is readable"
+            if backend == "sqlite"
+            else "Check that the server is running and the catalog URL is right"
         )
+        super().__init__(f"cannot open the catalog ({where}): {reason}. {check}.")
 
 
 class CatalogNotFoundError(CatalogError):
@@ -120,11 +122,42 @@ class PipelineMismatchError(RegistrationError):
         self.job_pipeline = job_pipeline
         self.table_pipeline = table_pipeline
         self.role = role
-        hint = "; read a foreign pipeline's table as a source instead" if role == "input" else ""
+        hint = (
+            f"; read it as a source instead: etl.sources.delta_table.DeltaTableSource("
+            f"'{table}', path=<its location>) (epochs are issued per catalog, so pipeline "
+            f"{job_pipeline!r} would wait forever for epochs of pipeline {table_pipeline!r})"
+            if role == "input"
+            else ""
+        )
         super().__init__(
             f"job {job!r} of pipeline {job_pipeline!r} cannot use table {table!r} of "
             f"pipeline {table_pipeline!r} as an {role}: a job's tables must belong to its "
             f"own pipeline{hint}"
+        )
+
+
+class NameOwnedError(RegistrationError):
+    """A pipeline declares a job, source or table name that another pipeline owns.
+
+    Names are warehouse-wide: a job's name is written into every commit of its tables'
+    Delta logs (commit metadata and the fence ``delta-barrier-fence/<job>``), a source's
+    slices are keyed by its name, and a table has one writer.
+    """
+
+    def __init__(self, *, pipeline: str, conflicts: Sequence[tuple[str, str, str]]):
+        self.pipeline = pipeline
+        self.conflicts = tuple(conflicts)
+        """(kind, name, owner pipeline) per name, kind one of job, source, table."""
+        self.owners = tuple(sorted({owner for _, _, owner in self.conflicts}))
+        names = ", ".join(
+            f"{kind} {name!r} (owned by pipeline {owner!r})" for kind, name, owner in self.conflicts
+        )
+        retire = " or ".join(f"`etl retire pipeline {owner}`" for owner in self.owners)
+        super().__init__(
+            f"pipeline {pipeline!r} cannot register {names}: job, source and table names are "
+            "warehouse-wide (a job's name is written into its tables' Delta logs, a source's "
+            f"slices are keyed by its name, a table has one writer). Rename them in pipeline "
+            f"{pipeline!r}, or remove the other pipeline with {retire}. Nothing was registered"
         )
 
 

@@ -124,6 +124,19 @@ class PipelineInfo:
 
 
 @dataclass(frozen=True)
+class RetiredPipeline:
+    """What retiring a pipeline removed from the catalog (its tables' files are kept)."""
+
+    pipeline: str
+    jobs: tuple[str, ...]
+    sources: tuple[str, ...]
+    tables: tuple[TableInfo, ...]
+    """The tables whose registration was removed, with their locations."""
+    epochs: int
+    """How many of the pipeline's epochs were removed (their ids are never issued again)."""
+
+
+@dataclass(frozen=True)
 class LineageEdge:
     """``src`` feeds ``dst``: table -> job (input) or job -> table (output), or source -> job."""
 

@@ -12,7 +12,6 @@ a slow job never holds back the epochs of the jobs upstream of it.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -223,15 +222,15 @@ class Runner:
         return self._catalog_pipeline
 
     def register(self) -> None:
-        """Register the pipeline's tables and jobs under its name (idempotent), and its
-        retention policy when the pipeline file declares one."""
+        """Register the pipeline's tables and jobs under its name (idempotent, one catalog
+        transaction: NameOwnedError for a job, source or table name another pipeline owns
+        leaves the catalog as it was), and its retention policy when the file declares one."""
         name = self.catalog_pipeline
-        for spec in self.pipeline.table_specs(self.warehouse):
-            self.catalog.register_table(dataclasses.replace(spec, pipeline=name))
-        for job in self.pipeline.ordered_jobs():
-            self.catalog.register_job(
-                dataclasses.replace(self.pipeline.job_spec(job), pipeline=name)
-            )
+        self.catalog.register_pipeline(
+            name,
+            self.pipeline.table_specs(self.warehouse),
+            [self.pipeline.job_spec(job) for job in self.pipeline.ordered_jobs()],
+        )
         self.undeclared = undeclared(self.pipeline, self.catalog, name)
         if self.pipeline.retention is not None:
             self.catalog.set_retention_policy(name, self.pipeline.retention.to_json())

@@ -9,6 +9,7 @@ from catalog import (
     JobSpec,
     LeaseHeldError,
     SealRequest,
+    TableSpec,
     load_catalog,
 )
 
@@ -30,6 +31,24 @@ def register_job(results, url, start, job, output, inputs):
         results.put((job, type(error).__name__, vars(error)))
     else:
         results.put((job, "registered", {}))
+    finally:
+        catalog.close()
+
+
+def register_pipeline(results, url, start, pipeline, table):
+    """Register pipeline ``pipeline``: job ``ingest`` of source ``files`` writing ``table``."""
+    catalog = load_catalog(url)
+    start.wait()
+    try:
+        catalog.register_pipeline(
+            pipeline,
+            [TableSpec(table, f"/w/{table}", kind="root")],
+            [JobSpec("ingest", table, source="files")],
+        )
+    except DeltaBarrierError as error:
+        results.put((pipeline, type(error).__name__, vars(error)))
+    else:
+        results.put((pipeline, "registered", {}))
     finally:
         catalog.close()
 

@@ -12,11 +12,11 @@ from catalog import (
     ForeignEpochError,
     InvalidNameError,
     JobSpec,
+    NameOwnedError,
     PipelineMismatchError,
     RetiredError,
     RetirementBlockedError,
     SealRequest,
-    TableConflictError,
     TableSpec,
     UnknownPipelineError,
 )
@@ -67,9 +67,9 @@ def test_a_fresh_catalog_has_the_default_pipeline(catalog):
 
 
 def test_a_table_cannot_move_to_another_pipeline(two):
-    with pytest.raises(TableConflictError) as raised:
+    with pytest.raises(NameOwnedError) as raised:
         two.register_table(TableSpec("raw", "/w/raw", kind="root", pipeline="sales"))
-    assert raised.value.field == "pipeline"
+    assert raised.value.conflicts == (("table", "raw", PIPELINE_DEFAULT),)
 
 
 def test_a_job_may_only_use_tables_of_its_own_pipeline(two):
@@ -238,3 +238,110 @@ def test_registering_again_revives(two):
     assert two.get_job("count").retired_at is None
     assert "count" in [j.name for j in two.list_jobs()]
     assert two.acquire_lease("count", "runner", ttl_seconds=60).generation == 1
+
+
+def _team(catalog, pipeline, table, *, job="ingest", source="files", inputs=()):
+    """A pipeline of one root table written by ``job`` from ``source`` (or from inputs)."""
+    kind = "derived" if inputs else "root"
+    return catalog.register_pipeline(
+        pipeline,
+        [TableSpec(table, f"/w/{table}", kind=kind)],
+        [JobSpec(job, table, source=None if inputs else source, inputs=inputs)],
+    )
+
+
+def test_a_pipeline_cannot_register_names_another_pipeline_owns(catalog):
+    _team(catalog, "team_a", "a_words")
+    before = (catalog.list_pipelines(), catalog.list_tables(), catalog.list_jobs())
+    with pytest.raises(NameOwnedError) as raised:
+        _team(catalog, "team_b", "b_words")
+    error = raised.value
+    assert (error.pipeline, error.owners) == ("team_b", ("team_a",))
+    assert error.conflicts == (("job", "ingest", "team_a"), ("source", "files", "team_a"))
+    for words in ("'team_a'", "'team_b'", "'ingest'", "'files'", "Rename", "retire pipeline"):
+        assert words in str(error)
+    assert (catalog.list_pipelines(), catalog.list_tables(), catalog.list_jobs()) == before
+    # Renamed, it registers; registering it again changes nothing.
+    _team(catalog, "team_b", "b_words", job="ingest_b", source="files_b")
+    _team(catalog, "team_b", "b_words", job="ingest_b", source="files_b")
+    assert {j.name: j.pipeline for j in catalog.list_jobs()} == {
+        "ingest": "team_a",
+        "ingest_b": "team_b",
+    }
+    # One by one as well: a job or a source name of another pipeline is refused.
+    catalog.register_table(TableSpec("c_words", "/w/c_words", kind="root", pipeline="team_c"))
+    with pytest.raises(NameOwnedError):
+        catalog.register_job(JobSpec("other", "c_words", source="files", pipeline="team_c"))
+    with pytest.raises(NameOwnedError):
+        catalog.register_job(JobSpec("ingest", "c_words", source="c", pipeline="team_c"))
+
+
+def test_a_source_whose_slices_another_pipeline_recorded_stays_its(catalog):
+    _team(catalog, "team_a", "a_words", job="old")
+    lease = catalog.acquire_lease("old", "runner", ttl_seconds=60)
+    epoch = catalog.open_epoch(pipeline="team_a")
+    catalog.record_slice("files", epoch.id, {"files": ["1.txt"]}, job="old", generation=1)
+    catalog.release_lease(lease)
+    # The job of team_a now reads another source; its old slices still name "files".
+    _team(catalog, "team_a", "a_words", job="old", source="files_v2")
+    with pytest.raises(NameOwnedError) as raised:
+        _team(catalog, "team_b", "b_words", job="new", source="files")
+    assert raised.value.conflicts == (("source", "files", "team_a"),)
+
+
+def test_a_table_of_another_pipeline_is_no_input(catalog):
+    _team(catalog, "team_a", "a_words")
+    with pytest.raises(PipelineMismatchError) as raised:
+        catalog.register_pipeline(
+            "team_b",
+            [
+                TableSpec("b_words", "/w/b_words", kind="root"),
+                TableSpec("b_joined", "/w/b_joined"),
+            ],
+            [
+                JobSpec("ingest_b", "b_words", source="files_b"),
+                JobSpec("join", "b_joined", inputs=("b_words", "a_words")),
+            ],
+        )
+    assert "DeltaTableSource" in str(raised.value)
+    assert (raised.value.table, raised.value.table_pipeline) == ("a_words", "team_a")
+    assert [t.name for t in catalog.list_tables()] == ["a_words"]
+    assert [p.name for p in catalog.list_pipelines()] == [PIPELINE_DEFAULT, "team_a"]
+
+
+def test_retiring_a_pipeline_removes_its_registration(catalog):
+    _team(catalog, "team_a", "a_words")
+    _team(catalog, "team_b", "b_words", job="ingest_b", source="files_b")
+    lease = catalog.acquire_lease("ingest", "runner", ttl_seconds=60)
+    epoch = catalog.open_epoch(pipeline="team_a")
+    catalog.open_epoch(pipeline="team_b")
+    catalog.record_slice("files", epoch.id, {"files": ["1.txt"]}, job="ingest", generation=1)
+    catalog.record_processed(
+        "a_words", epoch.id, delta_version=0, job="ingest", attempt=1, generation=1
+    )
+    catalog.seal("ingest", 1, [SealRequest("a_words", epoch.id, 0)])
+    catalog.create_tag("keep", epoch=epoch.id, versions={"a_words": 0}, pipeline="team_a")
+    with pytest.raises(RetirementBlockedError) as raised:
+        catalog.retire_pipeline("team_a")
+    assert raised.value.blockers == ("ingest",) and "runner" in str(raised.value)
+    assert catalog.get_job("ingest").pipeline == "team_a"
+    catalog.release_lease(lease)
+    retired = catalog.retire_pipeline("team_a")
+    assert (retired.pipeline, retired.jobs, retired.sources, retired.epochs) == (
+        "team_a",
+        ("ingest",),
+        ("files",),
+        1,
+    )
+    assert [t.location for t in retired.tables] == ["/w/a_words"]
+    assert [p.name for p in catalog.list_pipelines()] == [PIPELINE_DEFAULT, "team_b"]
+    assert [t.name for t in catalog.list_tables(include_retired=True)] == ["b_words"]
+    assert [j.name for j in catalog.list_jobs(include_retired=True)] == ["ingest_b"]
+    assert catalog.get_slice("files", epoch.id) is None and catalog.list_tags() == []
+    assert catalog.latest_commit(pipeline="team_a") is None
+    # Its epoch ids are never issued again; its names are free.
+    newest = catalog.latest_epoch().id
+    _team(catalog, "team_c", "a_words")
+    assert catalog.open_epoch(pipeline="team_c").id == newest + 1
+    with pytest.raises(UnknownPipelineError):
+        catalog.retire_pipeline("team_a")

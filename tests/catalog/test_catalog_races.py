@@ -14,6 +14,7 @@ from catalog_race_workers import (
     open_epochs,
     pin_epochs,
     register_job,
+    register_pipeline,
     successor,
     zombie,
 )
@@ -103,6 +104,28 @@ def test_racing_jobs_cannot_close_a_cycle_together(shared_catalog_url):
     outcomes = sorted(outcome for _, outcome, _ in reported)
     assert outcomes == ["LineageCycleError", "registered"]
     assert len(catalog.list_jobs()) == 1
+    catalog.close()
+
+
+def test_racing_pipelines_with_one_job_name_leave_exactly_one(shared_catalog_url):
+    load_catalog(shared_catalog_url).close()
+    start = SPAWN.Barrier(PROCESSES)
+    reported = run_processes(
+        *[
+            (register_pipeline, (shared_catalog_url, start, f"team_{i}", f"words_{i}"))
+            for i in range(PROCESSES)
+        ]
+    )
+    winners = [pipeline for pipeline, outcome, _ in reported if outcome == "registered"]
+    assert len(winners) == 1
+    for pipeline, outcome, fields in reported:
+        if pipeline != winners[0]:
+            assert outcome == "NameOwnedError"
+            assert fields["owners"] == (winners[0],)
+            assert ("job", "ingest", winners[0]) in fields["conflicts"]
+    catalog = load_catalog(shared_catalog_url)
+    assert {t.pipeline for t in catalog.list_tables()} == set(winners)
+    assert [p.name for p in catalog.list_pipelines()] == sorted(["default", *winners])
     catalog.close()
 
 
