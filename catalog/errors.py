@@ -27,7 +27,7 @@ class CatalogUnavailableError(CatalogError):
         self.database = database
         where = f"{backend} database {database!r}" + (f" on {host}" if host else "")
         check = (
-            "Check that the file's directory exists and that the file is readable"
+            "Check that the path names a SQLite file you may read (and write, to run)"
             if backend == "sqlite"
             else "Check that the server is running and the catalog URL is right"
         )

@@ -62,6 +62,58 @@ class ParsedQuery:
             expression = _spark_decimal_averages(expression, schema)
         return expression.sql(dialect="duckdb", unsupported_level=ErrorLevel.IGNORE)
 
+    def column_names(self, returned: Sequence[str]) -> list[str]:
+        """The result's column names, the same whichever engine ran the query: an output
+        column the query does not name (``count(*)``) is named as Spark names it
+        (``count(1)``), not as the engine that ran it did (DuckDB: ``count_star()``).
+        ``returned``: the names the engine gave, star columns included."""
+        select = self.expression
+        while isinstance(select, exp.SetOperation):
+            select = select.left  # a UNION's columns are named by its first query
+        if not isinstance(select, exp.Select):
+            return list(returned)
+        projections = select.expressions
+        stars = [i for i, p in enumerate(projections) if p.is_star]
+        if not stars and len(projections) != len(returned):
+            return list(returned)
+        names = list(returned)
+        for index, projection in enumerate(projections):
+            if projection.is_star:
+                continue
+            # Spark names a column as the query writes it (DuckDB as its schema does)
+            if isinstance(projection, exp.Alias | exp.Column):
+                name = projection.alias_or_name
+            else:
+                name = _spark_column_name(projection)
+            if not stars or index < stars[0]:
+                names[index] = name
+            elif index > stars[-1]:
+                names[len(names) - (len(projections) - index)] = name
+        return names
+
+
+def _spark_column_name(expression: exp.Expression) -> str:
+    """The name Spark gives an unnamed output column: its SQL with functions in lower case,
+    ``count(*)`` as ``count(1)``, binary operations parenthesized, string literals unquoted
+    and columns without their table (``max(c.cnt) + 1`` -> ``(max(cnt) + 1)``)."""
+
+    def spark_form(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Count) and isinstance(node.this, exp.Star):
+            return exp.Count(this=exp.Literal.number(1))
+        if isinstance(node, exp.Column) and node.table:
+            return exp.column(node.this.copy())
+        if isinstance(node, exp.Literal) and node.is_string:
+            return exp.Var(this=node.this)
+        return node
+
+    if isinstance(expression, exp.Literal) and expression.is_string:
+        return expression.this
+    holder = exp.Tuple(expressions=[expression.copy().transform(spark_form)])
+    for binary in reversed(list(holder.find_all(exp.Binary))):  # innermost first
+        if not isinstance(binary.parent, exp.Paren):
+            binary.replace(exp.Paren(this=binary.copy()))
+    return holder.expressions[0].sql(dialect="spark", normalize_functions="lower")
+
 
 def _spark_decimal_averages(
     expression: exp.Query, schema: Mapping[str, Mapping[str, str]]
@@ -424,7 +476,8 @@ class SnapshotReader:
             frame = self.sql(sql)
             if limit is not None:
                 frame = frame.limit(limit)
-            return frame.toArrow()
+            result = frame.toArrow()
+            return result.rename_columns(parsed.column_names(result.column_names))
         if engine != "duckdb":
             raise UsageError(f"unknown engine {engine!r}; use duckdb or spark")
         import duckdb
@@ -436,7 +489,8 @@ class SnapshotReader:
             if limit is not None:
                 text = f"SELECT * FROM ({text}) AS __q LIMIT {int(limit)}"
             try:
-                return connection.execute(text).fetch_arrow_table()
+                result = connection.execute(text).fetch_arrow_table()
+                return result.rename_columns(parsed.column_names(result.column_names))
             except duckdb.Error as exc:
                 problem = _plain(str(exc)).strip().splitlines()[0]
                 raise UsageError(f"DuckDB cannot run the query: {problem}") from None

@@ -34,7 +34,11 @@ def catalog_upgrade(
     if format is TableOrJson.JSON:
         typer.echo(json.dumps({"schema_version_before": before, "schema_version": SCHEMA_VERSION}))
     else:
-        typer.echo(f"catalog schema: version {before} -> {SCHEMA_VERSION}")
+        typer.echo(
+            f"catalog schema: version {before} -> {SCHEMA_VERSION}"
+            if before != SCHEMA_VERSION
+            else f"catalog schema: already at version {SCHEMA_VERSION}, nothing to do"
+        )
 
 
 __all__ = [

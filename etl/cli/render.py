@@ -150,14 +150,19 @@ def _csv_cell(value: Any) -> object:
 
 
 def rows_table(
-    columns: Sequence[str], rows: Iterable[Sequence[object]], *, title: str | None = None
+    columns: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    *,
+    title: str | None = None,
+    null: str = "-",
 ) -> Table:
-    """A Rich table of ``rows``; every cell is shown as text, markup escaped."""
+    """A Rich table of ``rows``; every cell is shown as text, markup escaped, and ``None``
+    as ``null`` (Rich markup)."""
     table = Table(title=title)
     for column in columns:
-        table.add_column(column)
+        table.add_column(escape(column))
     for row in rows:
-        table.add_row(*(escape(text(v)) for v in row))
+        table.add_row(*(null if v is None else escape(text(v)) for v in row))
     return table
 
 
@@ -189,8 +194,11 @@ def fitted_columns(
     return kept, [[row[i] for i in indexes] for row in rows]
 
 
-def print_rows(columns: Sequence[str], rows: Sequence[Sequence[object]], fmt: str) -> None:
-    """Rows on stdout as ``table``, ``csv`` or ``json`` (a list of objects, typed)."""
+def print_rows(
+    columns: Sequence[str], rows: Sequence[Sequence[object]], fmt: str, *, null: str = "-"
+) -> None:
+    """Rows on stdout as ``table`` (``None`` as ``null``), ``csv`` or ``json`` (a list of
+    objects, typed)."""
     fmt = str(getattr(fmt, "value", fmt))
     with stdout_guard():
         if fmt == "json":
@@ -200,14 +208,18 @@ def print_rows(columns: Sequence[str], rows: Sequence[Sequence[object]], fmt: st
             writer.writerow(columns)
             writer.writerows([_csv_cell(v) for v in row] for row in rows)
         else:
-            out.print(rows_table(columns, rows))
+            out.print(rows_table(columns, rows, null=null))
 
 
 def print_arrow(table: pa.Table, fmt: str) -> None:
-    """An Arrow table's rows on stdout (see :func:`print_rows`)."""
+    """A query's rows on stdout (see :func:`print_rows`); a table shows SQL NULL as a dim
+    ``NULL``, never as a string could be (``-``). Columns are taken by position: a
+    result may name two the same."""
     columns = table.column_names
-    rows = [tuple(row.values()) for row in table.to_pylist()]
-    print_rows(columns, rows, fmt)
+    rows = list(zip(*(column.to_pylist() for column in table.columns), strict=True))
+    if not table.num_columns:
+        rows = [() for _ in range(table.num_rows)]
+    print_rows(columns, rows, fmt, null="[dim italic]NULL[/]")
 
 
 def print_record(record: Mapping[str, Any], fmt: str, *, title: str | None = None) -> None:

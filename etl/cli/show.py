@@ -305,6 +305,7 @@ def epochs(
                 }
             )
     records.sort(key=lambda r: r["epoch"])
+    records = records[-last:]  # a failed epoch with no state of its own counts as one
     if format == "json":
         typer.echo(json.dumps(records, indent=2))
         return
@@ -332,7 +333,7 @@ def epochs(
         columns.append("resolution")
         for row, record in zip(cells, records, strict=True):
             done = record["resolution"]
-            row.append(f"{done['action']} by {done['actor']}" if done else "")
+            row.append(f"{done['action']} by {done['actor']}: {done['reason']}" if done else "")
     if slices:
         columns.append("slice")
         for row, record in zip(cells, records, strict=True):

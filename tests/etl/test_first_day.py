@@ -3,10 +3,25 @@ checked cheaply (no Spark)."""
 
 from __future__ import annotations
 
+import json
+
+import pyarrow as pa
+import pytest
 import typer
 
+from catalog import (
+    CatalogUnavailableError,
+    JobFailureRecord,
+    JobSpec,
+    SealRequest,
+    TableSpec,
+    load_catalog,
+)
 from etl.cli import app
 from etl.cli.app import hoist_global_options
+from etl.cli.render import print_arrow
+from etl.reader import parse_query
+from tests.support.cli_runner import etl
 
 
 def test_global_options_are_taken_after_any_command():
@@ -32,3 +47,86 @@ def test_global_options_are_taken_after_any_command():
     assert hoist(command, ["run", "p.py", "-v"]) == ["run", "p.py", "-v"]
     assert hoist(command, ["sql", "--", "-v"]) == ["sql", "--", "-v"]
     assert hoist(command, ["nosuch", "-v"]) == ["nosuch", "-v"]
+
+
+def _sealed_history(tmp_path, epochs: int):
+    """Table ``facts`` written by job ``ingest`` with ``epochs`` sealed epochs (catalog only)."""
+    warehouse = tmp_path / "warehouse"
+    catalog = load_catalog(None, warehouse=warehouse)
+    catalog.register_table(TableSpec("facts", str(warehouse / "facts"), kind="root"))
+    catalog.register_job(JobSpec("ingest", output="facts", source="feed"))
+    lease = catalog.acquire_lease("ingest", "test", ttl_seconds=60)
+    for version in range(epochs):
+        epoch = catalog.open_epoch().id
+        catalog.seal("ingest", lease.generation, [SealRequest("facts", epoch, version, rows=1)])
+    return warehouse, catalog
+
+
+def test_epochs_last_counts_failed_epochs_and_shows_a_resolutions_reason(tmp_path):
+    warehouse, catalog = _sealed_history(tmp_path, 3)
+    failed = catalog.open_epoch().id
+    catalog.record_failure(
+        JobFailureRecord(
+            job="ingest", error_class="SourceError", message="gone", owner="t", epoch=failed
+        )
+    )
+    catalog.record_resolution("facts", 2, action="ACCEPT", actor="ann", reason="known outlier")
+    catalog.close()
+    wh = ("--warehouse", warehouse)
+
+    shown = etl("epochs", "facts", "--last", "2", "--format", "json", *wh, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert [(r["epoch"], r["state"]) for r in json.loads(shown.stdout)] == [
+        (3, "WRITTEN"),
+        (failed, "FAILED"),
+    ]
+    table = etl("epochs", "facts", "--last", "3", *wh, cwd=tmp_path, COLUMNS="300")
+    assert table.returncode == 0, table.stderr
+    assert "ACCEPT by ann: known outlier" in table.stdout, table.stdout
+
+
+def test_unnamed_columns_are_named_as_spark_names_them():
+    query = parse_query(
+        "SELECT count(*), max(c.word), c.cnt * 2 + 1, upper(word) AS up, WORD, '-', "
+        "cnt IS NULL, sum(a + b) FROM word_counts c"
+    )
+    assert query.column_names(["?"] * 8) == [
+        "count(1)",
+        "max(word)",
+        "((cnt * 2) + 1)",
+        "up",
+        "WORD",
+        "-",
+        "(cnt IS NULL)",
+        "sum((a + b))",
+    ]
+    # star columns keep the engine's names; what follows a star is found from the end
+    starred = parse_query("SELECT count(*), *, cnt + 1 FROM t")
+    assert starred.column_names(["c", "word", "cnt", "x"]) == [
+        "count(1)",
+        "word",
+        "cnt",
+        "(cnt + 1)",
+    ]
+    union = parse_query("SELECT count(*) FROM a UNION ALL SELECT 1 FROM b")
+    assert union.column_names(["count_star()"]) == ["count(1)"]
+
+
+def test_a_sql_null_is_not_shown_as_a_string_could_be(capsys):
+    print_arrow(pa.table({"n": pa.array([None, "-"], pa.string())}), "table")
+    shown = capsys.readouterr().out
+    assert "NULL" in shown and "-" in shown
+    print_arrow(pa.table({"n": pa.array([None, "-"], pa.string())}), "csv")
+    assert capsys.readouterr().out.splitlines() == ["n", '""', "-"]
+
+
+def test_catalog_messages_fit_the_catalog(tmp_path):
+    (tmp_path / "dir.sqlite").mkdir()
+    with pytest.raises(CatalogUnavailableError) as raised:
+        load_catalog(f"sqlite:///{tmp_path / 'dir.sqlite'}", create=False)
+    assert "SQLite file" in str(raised.value) and "server" not in str(raised.value)
+    warehouse, catalog = _sealed_history(tmp_path, 1)
+    catalog.close()
+    upgraded = etl("catalog", "upgrade", "--warehouse", warehouse, cwd=tmp_path)
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "already at version" in upgraded.stdout and "->" not in upgraded.stdout

@@ -127,6 +127,9 @@ WORDCOUNT_QUERIES = [
     "w.word = c.word GROUP BY c.cnt",
     "WITH words AS (SELECT word, cnt FROM word_counts WHERE cnt > 1) SELECT * FROM words",
     "SELECT cnt, words FROM cnt_counts ORDER BY cnt DESC NULLS LAST",
+    # unnamed columns are named as Spark names them, on both engines (issue 27)
+    "SELECT count(*), max(c.WORD), c.cnt * 2 + 1, NULL AS nothing, '-', Cnt FROM word_counts c "
+    "GROUP BY c.cnt",
 ]
 SHOP_QUERIES = [
     "SELECT f.customer, sum(f.amount) AS detail, t.total, t.orders, t.tier FROM order_facts f "
