@@ -27,9 +27,11 @@ __all__ = [
     "JobError",
     "JobExecutionError",
     "LeaseLostError",
+    "MissingParamError",
     "OutputSchemaError",
     "PipelineBusyError",
     "PipelineDefinitionError",
+    "PipelineInvalidError",
     "PipelineLoadError",
     "QualityError",
     "QuarantineMismatchError",
@@ -37,6 +39,7 @@ __all__ = [
     "SourceError",
     "SqlTablesError",
     "TransformError",
+    "UnclaimedTableError",
     "UnsupportedTableFeatureError",
     "UsageError",
 ]
@@ -159,6 +162,31 @@ class CommitConflictError(EtlError):
         )
 
 
+class UnclaimedTableError(CommitConflictError):
+    """A job's table does not record the committing runner's claim: it was created, or last
+    claimed, by another runner of the job (an older generation, or none).
+
+    A runner commits only to tables it created or claimed; one it did not plan for may
+    hold commits nobody recovered (a superseded runner that created it late). The batch
+    stops, and recovery claims the table and seals or rolls back what it holds.
+    """
+
+    def __init__(self, *, table: str, job: str, generation: int, recorded: int | None):
+        self.job = job
+        self.generation = generation
+        self.recorded = recorded
+        claimed = "no runner's claim" if recorded is None else f"generation {recorded}'s claim"
+        EtlError.__init__(
+            self,
+            f"refusing to commit to Delta table {table!r} for job {job!r} at generation "
+            f"{generation}: the table holds {claimed}, not this runner's (it was created or "
+            "claimed by another runner of the job); recovery must claim it and seal or roll "
+            "back what it holds first",
+        )
+        self.table = table
+        self.reason = "not claimed by this runner"
+
+
 class LeaseLostError(EtlError):
     """This runner's lease of a job was taken over: it may no longer change the job's tables.
 
@@ -207,6 +235,28 @@ class DuplicateMergeKeyError(EtlError):
 
 class PipelineDefinitionError(EtlError):
     """A pipeline file declares something that cannot run."""
+
+
+class MissingParamError(PipelineDefinitionError):
+    """A pipeline file asks for a parameter that was not given and has no default."""
+
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(f"pipeline parameter {key!r} is required: pass --param {key}=VALUE")
+
+
+class PipelineInvalidError(PipelineDefinitionError):
+    """Validation found problems in a pipeline file: all of them, each naming the job,
+    table, source or parameter and what to do. Nothing was written."""
+
+    def __init__(self, *, path: str, problems: Sequence[str]):
+        self.path = path
+        self.problems = tuple(problems)
+        count = len(self.problems)
+        super().__init__(
+            f"pipeline file {path!r} has {count} problem{'s' if count != 1 else ''} "
+            "(nothing was run or written):\n  - " + "\n  - ".join(self.problems)
+        )
 
 
 class PipelineLoadError(EtlError):

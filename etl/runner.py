@@ -36,7 +36,14 @@ from catalog import (
 )
 from consistency import EpochBatch, admission_order, plan_batches
 from etl.engine import BatchResult, EpochEngine, RecoveryStep, StepAction, recover
-from etl.errors import ExitCode, InternalError, JobError, PipelineBusyError, UsageError
+from etl.errors import (
+    ExitCode,
+    InternalError,
+    JobError,
+    PipelineBusyError,
+    UnclaimedTableError,
+    UsageError,
+)
 from etl.leases import LeaseKeeper, make_owner, owner_state
 from etl.pipeline import Job, Pipeline
 from etl.retention.gate import BatchGate
@@ -49,6 +56,10 @@ from etl.scheduling import (
 )
 
 log = logging.getLogger(__name__)
+
+_MAX_RECLAIMS = 3
+"""Times one run recovers a job again after a table appeared under its batch; past that the
+batch fails (something else keeps creating the job's tables)."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +216,8 @@ class Runner:
         self._registered = False
         self._catalog_pipeline: str | None = None
         self._running: dict[str, EpochBatch] = {}
+        self._claimed: dict[str, int] = {}
+        """Per job, the lease generation its recovery claimed the job's tables for."""
         self.gate = BatchGate()
         """Every batch passes it: maintenance in this process commits only to idle jobs."""
         self.undeclared = Undeclared()
@@ -294,17 +307,28 @@ class Runner:
 
     # -- the work ----------------------------------------------------------------------
 
-    def recover(self) -> RunResult:
+    def recover(self, jobs: list[Job] | None = None) -> RunResult:
+        """Recover ``jobs`` (default: every job of the pipeline), upstream first."""
         steps: list[RecoveryStep] = []
-        for job in self.pipeline.ordered_jobs():
+        for job in self.pipeline.ordered_jobs() if jobs is None else jobs:
             try:
-                steps.extend(
-                    recover(self.engine, job, self._lease(job), check_lease=self._lease_check(job))
-                )
+                steps.extend(self._recover_job(job))
             except Exception as exc:
                 self._record_failure(job, None, exc)
                 raise
         return RunResult(recovered=tuple(steps))
+
+    def _recover_job(self, job: Job) -> list[RecoveryStep]:
+        """Recover ``job`` under the lease held now: its tables are claimed for this
+        generation first, which every commit of its batches requires."""
+        lease = self._lease(job)
+        steps = recover(self.engine, job, lease, check_lease=self._lease_check(job))
+        self._claimed[job.name] = lease.generation
+        return steps
+
+    def _unclaimed(self, jobs: list[Job]) -> list[Job]:
+        """The jobs not recovered (their tables not claimed) under the leases held now."""
+        return [j for j in jobs if self._claimed.get(j.name) != self._lease(j).generation]
 
     def open_epoch(self, barrier_ts: datetime | None = None) -> Epoch:
         return self.catalog.open_epoch(barrier_ts, pipeline=self.catalog_pipeline)
@@ -431,6 +455,9 @@ class Runner:
         opened: list[Epoch] = []
         stopped: set[str] = set()
         jobs = self.pipeline.ordered_jobs()
+        # A batch commits only to tables its runner created or claimed: recover first.
+        recovered = list(self.recover(self._unclaimed(jobs)).recovered)
+        reclaims = dict.fromkeys((job.name for job in jobs), 0)
         next_epoch_at = time.monotonic()
 
         def opening() -> bool:
@@ -529,6 +556,26 @@ class Runner:
                     dirty |= {c for t in self.pipeline.tables_of(job) for c in consumers[t]}
                     try:
                         result = future.result()
+                    except UnclaimedTableError as exc:
+                        # A table of the job appeared under the batch, created by a runner
+                        # this one took over from: recover the job again (claim the table,
+                        # seal or roll back what that runner committed), then re-plan.
+                        failed: BaseException = exc
+                        if reclaims[job.name] < _MAX_RECLAIMS:
+                            reclaims[job.name] += 1
+                            log.warning("job %s: %s; recovering the job again", job.name, exc)
+                            try:
+                                recovered.extend(self._recover_job(job))
+                                continue
+                            except Exception as err:
+                                failed = err
+                        failures.append(
+                            self._record_failure(
+                                job, batch.last, failed, self.engine.attempt_of(job, batch)
+                            )
+                        )
+                        stopped.add(job.name)
+                        continue
                     except Exception as exc:  # reported as a JobFailure; other jobs go on
                         failures.append(
                             self._record_failure(
@@ -541,7 +588,10 @@ class Runner:
                     if not result.sealed:
                         stopped.add(job.name)
         return RunResult(
-            epochs_opened=tuple(opened), batches=tuple(results), failures=tuple(failures)
+            epochs_opened=tuple(opened),
+            batches=tuple(results),
+            failures=tuple(failures),
+            recovered=tuple(recovered),
         )
 
     def _record_failure(

@@ -83,6 +83,7 @@ from etl.errors import (
     FencedError,
     InvalidWriteOptionError,
     SchemaMismatchError,
+    UnclaimedTableError,
 )
 from etl.faults import maybe_crash
 
@@ -589,10 +590,14 @@ class Fence:
     The claim is the Delta app transaction ``(delta-barrier-fence/<job>, generation)``
     (Delta protocol, "Transaction Identifiers": the latest version per app id survives
     every later commit, RESTOREs and checkpoints included). Every commit and RESTORE of the
-    job carries it and is applied only to a version that records no higher generation, as
-    exactly the next version (delta-rs writes the log entry put-if-absent; no retry is
+    job carries it and is applied only to a version that records exactly its generation,
+    as exactly the next version (delta-rs writes the log entry put-if-absent; no retry is
     rebased on top of another writer's commit). A runner whose lease was taken over can
-    therefore never change the table again once the new owner claimed it.
+    therefore never change the table again once the new owner claimed it; and the new
+    owner never writes on top of a table it neither created nor claimed (one a superseded
+    runner created after the takeover, when there was no table to claim yet): creating a
+    table is a put-if-absent of its first log entry, so exactly one of them creates it and
+    the other's next commit is refused.
     """
 
     job: str
@@ -615,6 +620,18 @@ class Fence:
 
     def recorded(self, table: DeltaTable) -> int | None:
         return table.transaction_version(self.app_id)
+
+    def require_claimed(self, table: DeltaTable, location: str) -> None:
+        """Raise unless ``table`` (one loaded version) records exactly this generation: a
+        newer one is FencedError; an older one, or none, UnclaimedTableError. A runner
+        commits only to a table it created or claimed, so a table that another runner of
+        the job created or wrote after this one planned is never written on top of."""
+        self.check(table, location)
+        recorded = self.recorded(table)
+        if recorded != self.generation:
+            raise UnclaimedTableError(
+                table=location, job=self.job, generation=self.generation, recorded=recorded
+            )
 
 
 # Checkpoints are ours (:func:`_committed`), on every commit path, delta-rs' and our own log
@@ -720,8 +737,11 @@ def commit_files(
     rows already in the table (compaction; Delta protocol, "Add File and Remove File":
     streaming readers do not read such files again).
 
-    The commit is applied to the latest version V only if V records no newer generation
-    of the job (FencedError), and only as version V + 1. When another writer took V + 1
+    The commit is applied to the latest version V only if V records exactly the fence's
+    generation (a newer one: FencedError; an older one or none: UnclaimedTableError, since
+    the table was created or written by a runner this one did not take over from: recovery
+    must claim it first), and only as version V + 1. A table that another writer creates
+    while this commit creates it is refused the same way, never committed on top of. When another writer took V + 1
     first (maintenance, or a new owner's claim), every precondition is checked again on
     the new latest version before trying again; when the outcome of an attempt is unknown
     (an I/O error after writing), the commit id tells whether it landed, so a commit is
@@ -777,7 +797,8 @@ def commit_files(
                 raise DeltaIOError(table=location, operation="create", reason=str(exc)) from exc
             if _landed(location, -1, commit_id) is not None:
                 return 0
-            # Created concurrently: commit into it like into any existing table.
+            # Created concurrently by another writer: never committed on top of (the loop
+            # below refuses a table this generation did not create or claim).
     first_read: int | None = None
     for lost in range(_MAX_COMMIT_ROUNDS):
         table = open_table(location, operation="commit")
@@ -788,7 +809,7 @@ def commit_files(
                 return landed
         else:
             first_read = table.version()
-        fence.check(table, location)
+        fence.require_claimed(table, location)
         _check_schema(table, location, schema)
         if list(partition_by) != list(table.metadata().partition_columns):
             raise InvalidWriteOptionError(
@@ -1020,8 +1041,8 @@ def restore_table(
     """Roll the table back to ``to_version``'s content; returns the new version.
 
     ``planned_at`` is the version the rollback was planned from: the RESTORE is applied
-    only as the version right after it and only if that version records no newer
-    generation than ``fence`` (FencedError); if the table moved on meanwhile it raises
+    only as the version right after it and only if that version records exactly
+    ``fence``'s generation (:meth:`Fence.require_claimed`); if the table moved on meanwhile it raises
     CommitConflictError and the caller plans again. A Delta RESTORE commit, with
     ``metadata`` in its commitInfo. ``to_version=None`` rolls back to empty (before version
     0, which RESTORE cannot reach): an overwrite commit that removes every file, marked
@@ -1032,7 +1053,7 @@ def restore_table(
     """
     location = normalize_location(location)
     table = open_table(location, version=planned_at, operation="restore")
-    fence.check(table, location)
+    fence.require_claimed(table, location)
     if to_version == planned_at:
         return planned_at
     if to_version is not None and not 0 <= to_version < planned_at:

@@ -55,7 +55,7 @@ from etl.delta.maintenance import (
     staging_dirs,
     stored_files,
 )
-from etl.delta.write import Fence
+from etl.delta.write import Fence, claim_table
 from etl.errors import CommitConflictError, DeltaIOError, FencedError
 from etl.retention.gate import BatchGate
 
@@ -374,6 +374,8 @@ def _compact_table(
                 lost = busy
             else:
                 try:
+                    if held is None:  # a lease of its own: a new generation claims first
+                        claim_table(table.location, fence=fence)
                     commit_rewrite(rewrite, fence=fence)
                     entry.compacted_files += plan.files_in
                     entry.compacted_into += len(plan.groups)

@@ -56,6 +56,7 @@ from etl.errors import (
     FencedError,
     InvalidWriteOptionError,
     SchemaMismatchError,
+    UnclaimedTableError,
     UnsupportedTableFeatureError,
 )
 
@@ -227,8 +228,9 @@ def test_a_claimed_table_refuses_every_older_generation(spark, tmp_path):
         restore_table(location, to_version=0, planned_at=1, fence=FENCE, metadata={})
     with pytest.raises(FencedError):
         claim_table(location, fence=FENCE)
-    # Another job's fence is its own: it does not stop this one.
+    # Another job's fence is its own: it does not stop this one (once it claimed the table).
     other = Fence("k", generation=1)
+    assert claim_table(location, fence=other) == 2
     assert (
         commit_files(
             location,
@@ -238,15 +240,90 @@ def test_a_claimed_table_refuses_every_older_generation(spark, tmp_path):
             fence=other,
             metadata={},
         )
-        == 2
+        == 3
     )
-    assert table_version(location) == 2 and read_table(spark, location).count() == 3
+    assert table_version(location) == 3 and read_table(spark, location).count() == 3
     # The fence survives a RESTORE by the new owner.
     assert (
-        restore_table(location, to_version=0, planned_at=2, fence=Fence("j", 2), metadata={}) == 3
+        restore_table(location, to_version=0, planned_at=3, fence=Fence("j", 2), metadata={}) == 4
     )
     with pytest.raises(FencedError):
-        _commit(tmp_path, df, late, 3)
+        _commit(tmp_path, df, late, 4)
+
+
+def test_a_table_created_by_another_runner_is_never_committed_on_top_of(spark, tmp_path):
+    """Issue 22: a superseded runner (generation 1) creates the table after the new owner
+    (generation 2) found nothing to claim. The new owner's commit, planned on no table, is
+    refused (recovery must claim the table first), whether it finds the table existing or
+    loses the race to create it; and once it claimed the table, the old runner is fenced."""
+    location = str(tmp_path)
+    schema_df = spark.createDataFrame([_row(i, epoch=1) for i in range(1, 4)], SCHEMA)
+    schema = to_arrow_schema(schema_df.schema, timezone="UTC")
+    zombie, owner = Fence("j", generation=1), Fence("j", generation=2)
+    assert claim_table(location, fence=owner) is None  # nothing to claim yet
+    created = write_files(schema_df, location, file_prefix="zombie")
+    assert (
+        commit_files(location, created, schema=schema, mode="append", fence=zombie, metadata={})
+        == 0
+    )
+    replay = write_files(schema_df, location, file_prefix="owner")
+    with pytest.raises(UnclaimedTableError) as refused:
+        commit_files(location, replay, schema=schema, mode="append", fence=owner, metadata={})
+    assert (refused.value.generation, refused.value.recorded) == (2, 1)
+    assert table_version(location) == 0 and read_table(spark, location).count() == 3
+    # The same when the table has no claim at all (created outside any fence).
+    with pytest.raises(UnclaimedTableError):
+        restore_table(location, to_version=None, planned_at=0, fence=owner, metadata={})
+    # Recovery claims it; from then on the owner commits and the zombie is fenced.
+    assert claim_table(location, fence=owner) == 1
+    assert (
+        commit_files(location, replay, schema=schema, mode="append", fence=owner, metadata={}) == 2
+    )
+    with pytest.raises(FencedError):
+        commit_files(location, [], schema=schema, mode="append", fence=zombie, metadata={})
+
+
+@pytest.mark.parametrize("deletion_vectors", [False, True], ids=["delta-rs", "own-log-writer"])
+def test_losing_the_race_to_create_a_table_is_a_conflict_not_an_append(
+    spark, tmp_path, deletion_vectors
+):
+    """Two writers create the same table at once (the zombie's create wins): the loser's
+    files never land on top of the winner's, on delta-rs' create and on our own log
+    writer's (a merge job's deletion-vector table) alike."""
+    import threading
+
+    location = str(tmp_path)
+    df = spark.createDataFrame([_row(i, epoch=1) for i in range(1, 4)], SCHEMA)
+    schema = to_arrow_schema(df.schema, timezone="UTC")
+    files = {g: write_files(df, location, file_prefix=f"g{g}") for g in (1, 2)}
+    start = threading.Barrier(2)
+    outcome: dict[int, object] = {}
+
+    def create(generation: int) -> None:
+        start.wait()
+        try:
+            outcome[generation] = commit_files(
+                location,
+                files[generation],
+                schema=schema,
+                mode="append",
+                fence=Fence("j", generation),
+                metadata={},
+                deletion_vectors=deletion_vectors,
+            )
+        except Exception as exc:  # noqa: BLE001 - the loser's error is the assertion
+            outcome[generation] = exc
+
+    threads = [threading.Thread(target=create, args=(g,)) for g in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [g for g, o in outcome.items() if o == 0]
+    assert len(winners) == 1, outcome
+    (loser,) = {1, 2} - set(winners)
+    assert isinstance(outcome[loser], (UnclaimedTableError, FencedError)), outcome
+    assert table_version(location) == 0 and read_table(spark, location).count() == 3
 
 
 def test_a_restore_applies_only_to_the_version_it_was_planned_from(spark, tmp_path):
@@ -709,6 +786,7 @@ def test_commits_never_delete_log_entries_whatever_the_tables_log_retention(tmp_
         pa.table({"id": [1], "_epoch": [1]}, schema=LOG_SCHEMA),
         configuration={"delta.logRetentionDuration": "interval 1 second"},
     )
+    claim_table(str(tmp_path), fence=FENCE)
     while _empty_commit(tmp_path, FENCE) < 12:
         pass
     DeltaTable(str(tmp_path)).create_checkpoint()  # delta-rs cleans up below a checkpoint
