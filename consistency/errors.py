@@ -102,6 +102,42 @@ class NoEpochAtTimeError(ConsistencyError):
         )
 
 
+class NoAlignedCutError(ConsistencyError):
+    """Across pipelines: one pipeline has nothing its requested tables all have WRITTEN at
+    or before the barrier time the read is aligned at."""
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        tables: Sequence[str],
+        aligned_at: datetime,
+        reference: str | None = None,
+        reference_epoch: int | None = None,
+    ):
+        self.pipeline = pipeline
+        self.tables = tuple(tables)
+        self.aligned_at = aligned_at
+        self.reference = reference
+        self.reference_epoch = reference_epoch
+        if reference is None:
+            why = f"the time asked for ({aligned_at.isoformat()})"
+            todo = "ask for a later --as-of-time, or read at read-committed"
+        else:
+            why = (
+                f"{aligned_at.isoformat()}, the barrier of pipeline {reference!r}'s latest cut "
+                f"(epoch {reference_epoch}): a read across pipelines aligns them by barrier time"
+            )
+            todo = (
+                f"run pipeline {reference!r} until it seals a newer epoch, read at "
+                "read-committed, or read each pipeline's tables on their own"
+            )
+        super().__init__(
+            f"pipeline {pipeline!r} has no epoch that {', '.join(self.tables)} all have WRITTEN "
+            f"with a barrier at or before {why}; {todo}"
+        )
+
+
 class BatchPlanError(ConsistencyError):
     """Batch planning was given impossible bounds or options."""
 

@@ -18,11 +18,27 @@ class Level(StrEnum):
 
 
 @dataclass(frozen=True)
+class PipelineCut:
+    """One pipeline's part of a repeatable-read snapshot over tables of several pipelines:
+    its epoch, which every one of its requested tables has WRITTEN, and that epoch's barrier."""
+
+    pipeline: str
+    epoch: int
+    barrier_ts: datetime
+    tables: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """A resolved read: a level, an epoch where the level has one, and a version per table.
 
     Every read through the snapshot uses exactly these Delta versions. A table with
     version None has no commit yet (it reads as empty).
+
+    Over tables of several pipelines (repeatable-read), there is no single epoch: ``epoch``
+    is None, ``pipelines`` holds each pipeline's cut, ``aligned_at`` the barrier time every
+    cut is at or before, and ``barrier_ts`` the oldest of the cuts' barriers (how old the
+    snapshot is) (docs/design.md, "Reading across pipelines").
     """
 
     level: Level
@@ -31,6 +47,10 @@ class Snapshot:
     barrier_ts: datetime | None = None
     epochs: Mapping[str, int | None] = field(default_factory=dict)
     """Per table, the epoch its version seals (read-committed: may differ per table)."""
+    pipelines: tuple[PipelineCut, ...] = ()
+    """Per pipeline (by name) its cut, when the tables span several pipelines; else empty."""
+    aligned_at: datetime | None = None
+    """Across pipelines: the barrier time T the cuts are aligned at (see ``pipelines``)."""
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,13 @@ from catalog.errors import EpochExpiredError
 from catalog.models import Epoch, EpochState, TableEpoch
 from consistency.errors import (
     EpochNotReadableError,
+    NoAlignedCutError,
     NoCommonEpochError,
     NoEpochAtTimeError,
     SnapshotRequestError,
 )
 from consistency.levels import parse_level
-from consistency.models import Level, Snapshot
+from consistency.models import Level, PipelineCut, Snapshot
 
 
 class EpochHistory(Protocol):
@@ -39,8 +40,9 @@ class EpochHistory(Protocol):
         """The state of one epoch in each table; tables without one are absent."""
         ...
 
-    def epoch_at_or_before(self, ts: datetime) -> Epoch | None:
-        """The newest epoch whose barrier timestamp is at or before ``ts``."""
+    def epoch_at_or_before(self, ts: datetime, *, pipeline: str | None = None) -> Epoch | None:
+        """The newest epoch (of ``pipeline`` when given) whose barrier timestamp is at or
+        before ``ts``."""
         ...
 
     def get_epoch(self, epoch: int) -> Epoch:
@@ -56,6 +58,7 @@ def resolve_snapshot(
     latest_versions: Mapping[str, int | None] | None = None,
     as_of_epoch: int | None = None,
     as_of_time: datetime | None = None,
+    pipelines: Mapping[str, str] | None = None,
 ) -> Snapshot:
     """Resolve the Delta version of every table in ``tables`` for a read at ``level``.
 
@@ -74,6 +77,10 @@ def resolve_snapshot(
     default). Raises SnapshotRequestError for an empty or duplicated table list, both
     ``as_of_*`` options, time travel at another level, or read-uncommitted without a
     version for every table.
+
+    ``pipelines`` maps each table to its pipeline. At repeatable-read over tables of
+    several pipelines, see :func:`_across_pipelines`; ``as_of_epoch`` is then refused
+    (an epoch belongs to one pipeline). Other levels are per table anyway.
     """
     names = _table_list(tables)
     level = parse_level(level)
@@ -90,6 +97,17 @@ def resolve_snapshot(
         return _read_uncommitted(names, latest_versions)
     if level is Level.READ_COMMITTED:
         return _read_committed(history, names)
+    groups = _by_pipeline(names, pipelines or {})
+    if len(groups) > 1:
+        if as_of_epoch is not None:
+            spans = "; ".join(f"{p}: {', '.join(t)}" for p, t in groups.items())
+            raise SnapshotRequestError(
+                f"epoch {as_of_epoch} belongs to one pipeline, and these tables span several "
+                f"({spans}); read them as of a time instead (as_of_time, --as-of-time): each "
+                "pipeline is then read at its newest cut at or before it",
+                tables=names,
+            )
+        return _across_pipelines(history, names, groups, as_of_time=as_of_time)
     if as_of_epoch is not None:
         _check_not_expired(history, as_of_epoch)
         return _at_epoch(history, names, as_of_epoch)
@@ -103,6 +121,88 @@ def resolve_snapshot(
     if resolved.epoch is not None:
         _check_not_expired(history, resolved.epoch)
     return resolved
+
+
+def _by_pipeline(
+    names: tuple[str, ...], pipelines: Mapping[str, str]
+) -> dict[str, tuple[str, ...]]:
+    """The tables grouped by pipeline, pipelines by name (tables without one: one group)."""
+    groups: dict[str, list[str]] = {}
+    for table in names:
+        groups.setdefault(pipelines.get(table, ""), []).append(table)
+    return {p: tuple(groups[p]) for p in sorted(groups)}
+
+
+def _across_pipelines(
+    history: EpochHistory,
+    names: tuple[str, ...],
+    groups: Mapping[str, tuple[str, ...]],
+    *,
+    as_of_time: datetime | None,
+) -> Snapshot:
+    """Repeatable-read over tables of several pipelines, aligned by barrier time.
+
+    Epochs of different pipelines never coincide, so no one epoch can hold them all. Each
+    pipeline is read at its newest epoch that all of its requested tables have WRITTEN
+    and whose barrier timestamp is at or before T, where T is ``as_of_time`` or else the
+    oldest of the pipelines' latest such cuts' barriers (so one pipeline is at its latest
+    cut and none is newer than it). Raises NoAlignedCutError naming the pipeline that has
+    no cut at or before T, and EpochExpiredError for an expired cut, as for one pipeline.
+    """
+    latest: dict[str, Snapshot] = {}
+    reference: str | None = None
+    if as_of_time is None:
+        latest = {p: _repeatable_read(history, t, at_or_before=None) for p, t in groups.items()}
+        reference = min(latest, key=lambda p: (_barrier(latest[p]), p))
+        aligned_at = _barrier(latest[reference])
+    else:
+        aligned_at = as_of_time
+    cuts: list[PipelineCut] = []
+    versions: dict[str, int | None] = {}
+    for pipeline, tables in groups.items():
+        resolved = latest.get(pipeline)
+        if resolved is None or _barrier(resolved) > aligned_at:
+            resolved = _cut_at_or_before(history, pipeline, tables, aligned_at)
+        if resolved is None:
+            raise NoAlignedCutError(
+                pipeline=pipeline,
+                tables=tables,
+                aligned_at=aligned_at,
+                reference=reference,
+                reference_epoch=latest[reference].epoch if reference is not None else None,
+            )
+        assert resolved.epoch is not None
+        _check_not_expired(history, resolved.epoch)
+        cuts.append(PipelineCut(pipeline, resolved.epoch, _barrier(resolved), tables))
+        versions.update(resolved.versions)
+    epochs = {t: cut.epoch for cut in cuts for t in cut.tables}
+    return Snapshot(
+        level=Level.REPEATABLE_READ,
+        versions={t: versions[t] for t in names},
+        barrier_ts=min(cut.barrier_ts for cut in cuts),
+        epochs={t: epochs[t] for t in names},
+        pipelines=tuple(cuts),
+        aligned_at=aligned_at,
+    )
+
+
+def _cut_at_or_before(
+    history: EpochHistory, pipeline: str, tables: tuple[str, ...], ts: datetime
+) -> Snapshot | None:
+    """The pipeline's newest common WRITTEN epoch of ``tables`` with a barrier at or before
+    ``ts``, or None."""
+    bound = history.epoch_at_or_before(ts, pipeline=pipeline)
+    if bound is None:
+        return None
+    try:
+        return _repeatable_read(history, tables, at_or_before=bound.id)
+    except NoCommonEpochError:
+        return None
+
+
+def _barrier(resolved: Snapshot) -> datetime:
+    assert resolved.barrier_ts is not None
+    return resolved.barrier_ts
 
 
 def _check_not_expired(history: EpochHistory, epoch: int) -> None:

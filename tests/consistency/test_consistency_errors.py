@@ -19,7 +19,7 @@ from consistency import (
 
 def test_every_exported_error_derives_from_the_project_root():
     errors = [getattr(consistency, name) for name in consistency.__all__ if name.endswith("Error")]
-    assert len(errors) == 10
+    assert len(errors) == 11
     for error in errors:
         assert issubclass(error, ConsistencyError)
         assert issubclass(error, DeltaBarrierError)
