@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 from catalog import JobSpec, TableSpec, WriteMode, validate_name
 from consistency.retention import Retention
 from etl.delta.merge import MERGE_STRATEGIES, MergeStrategy
-from etl.errors import PipelineDefinitionError
+from etl.errors import MissingParamError, PipelineDefinitionError
 from etl.sources.base import Source
 
 if TYPE_CHECKING:
@@ -356,9 +356,7 @@ def param(key: str, default: str | None = None) -> str:
         read.add(key)
     value = (_PARAMS.get() or {}).get(key, default)
     if value is None:
-        raise PipelineDefinitionError(
-            f"pipeline parameter {key!r} is required: pass --param {key}=VALUE"
-        )
+        raise MissingParamError(key)
     return value
 
 

@@ -3,7 +3,18 @@
 Importing the command modules registers their commands on :data:`app`.
 """
 
-from etl.cli import admin, maintain, operate, run, settings, show, snapshot, sql, tag
+from etl.cli import (
+    admin,
+    maintain,
+    operate,
+    run,
+    settings,
+    show,
+    snapshot,
+    sql,
+    tag,
+    validate,
+)
 from etl.cli.app import app, main
 
 __all__ = [
@@ -18,4 +29,5 @@ __all__ = [
     "snapshot",
     "sql",
     "tag",
+    "validate",
 ]

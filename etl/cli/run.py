@@ -27,6 +27,7 @@ from etl.cli.app import (
 )
 from etl.cli.progress import BatchProgress
 from etl.cli.render import err, print_json
+from etl.cli.validate import existing_catalog
 from etl.errors import PipelineBusyError, UsageError
 from etl.scheduling import (
     BATCH_BACKLOG_THRESHOLD,
@@ -140,14 +141,17 @@ def run(
             "(after a run --once, run `etl maintain` itself)"
         )
     _quiet(verbose)
-    pipeline = _load(pipeline_file, param)
+    known = existing_catalog(warehouse, catalog_url)
+    pipeline = _load(pipeline_file, param, known)
+    deadline = time.monotonic() + wait
+    if known is not None:
+        # A busy pipeline is refused before PySpark is even imported; acquiring the
+        # leases decides.
+        _retry_while_busy(lambda: _check_not_held(known, pipeline), deadline, wait)
     from etl.runner import Runner
     from etl.spark import build_spark
 
     catalog = open_catalog(warehouse, catalog_url, create=True)
-    deadline = time.monotonic() + wait
-    # A busy pipeline is refused before Spark starts; acquiring the leases decides.
-    _retry_while_busy(lambda: _check_not_held(catalog, pipeline), deadline, wait)
     spark = _spark_log(build_spark(master=master, app_name=f"etl-{pipeline.name}"), verbose)
     stopping = threading.Event()
     progress = BatchProgress([job.name for job in pipeline.ordered_jobs()])
@@ -236,22 +240,12 @@ def _spark_log(spark, verbose: bool):
     return spark
 
 
-def _load(pipeline_file: Path, items: list[str]):
-    from etl.loader import load_pipeline
-    from etl.pipeline import params_read
+def _load(pipeline_file: Path, items: list[str], catalog: Catalog | None):
+    """The pipeline file loaded and validated (:mod:`etl.validation`): every problem at
+    once, before Spark starts and before the catalog is written."""
+    from etl.validation import validate_file
 
-    params = parse_params(items)
-    with params_read() as read:
-        pipeline = load_pipeline(pipeline_file, params)
-    unknown = sorted(set(params) - read)
-    if unknown:
-        declared = ", ".join(sorted(read)) or "none"
-        raise UsageError(
-            f"--param {', '.join(unknown)}: {pipeline_file} does not declare "
-            f"{'this parameter' if len(unknown) == 1 else 'these parameters'} "
-            f"(it declares: {declared})"
-        )
-    return pipeline
+    return validate_file(pipeline_file, parse_params(items), catalog=catalog).checked()
 
 
 def _handle_signals(runner, stopping: threading.Event) -> None:
@@ -508,8 +502,8 @@ def recover(
     from etl.spark import build_spark
 
     _quiet(verbose)
-    pipeline = _load(pipeline_file, param)
     catalog = open_catalog(warehouse, catalog_url)
+    pipeline = _load(pipeline_file, param, catalog)
     _check_not_held(catalog, pipeline)  # before Spark starts
     if not any(needs_recovery(catalog, pipeline, job) for job in pipeline.ordered_jobs()):
         # Nothing to seal or roll back: no Spark is started to say so.

@@ -57,6 +57,12 @@ class Source(ABC):
     def read(self, spark: SparkSession, bounds: Mapping[str, object], *, epoch: int) -> SliceData:
         """Read exactly the records inside ``bounds``, spread over Spark tasks."""
 
+    def unreachable(self) -> str | None:
+        """Why the source cannot be read now (what is missing, and what to do), or None.
+        Validation asks before anything runs (:mod:`etl.validation`): it must answer in a
+        few seconds at most."""
+        return None
+
     def is_backlogged(self, previous_bounds: Mapping[str, object] | None) -> bool:
         """True when the source is far behind and should catch up in one large slice."""
         return False

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from catalog import validate_name
 from etl.delta.layout import normalize_location
-from etl.delta.log import active_files, check_supported, open_table
+from etl.delta.log import active_files, check_supported, open_table, table_exists
 from etl.delta.read import scan
 from etl.errors import SourceError
 from etl.sources.base import SliceData, SliceRequest, Source
@@ -27,6 +27,11 @@ class DeltaTableSource(Source):
     def __init__(self, name: str, *, path: str) -> None:
         self.name = validate_name(name, kind="source")
         self.path = normalize_location(str(path))
+
+    def unreachable(self) -> str | None:
+        if table_exists(self.path):
+            return None
+        return f"no Delta table at {self.path!r}: create it, or fix the source's path"
 
     def cut(self, request: SliceRequest) -> Mapping[str, object]:
         previous = request.previous_bounds or {}

@@ -69,6 +69,15 @@ class FileSource(Source):
         self.files_per_micro_batch = files_per_micro_batch
         self._taken_cache: tuple[object, int, set[str]] = (None, 0, set())
 
+    def unreachable(self) -> str | None:
+        if self.path.is_dir():
+            return None
+        what = "is not a directory" if self.path.exists() else "does not exist"
+        return (
+            f"directory {str(self.path)!r} {what}: create it, or fix the source's path "
+            "(or the --param that gives it)"
+        )
+
     def _arrivals(self, taken: Collection[str]) -> list[_Arrival]:
         """The files no earlier slice took, oldest first. Only they are stat'ed: a cut costs
         one listing of the directory plus a stat per new file, not a stat per file ever

@@ -708,7 +708,7 @@ NO_PIPELINE = "from etl import Pipeline\n\nthe_pipeline = Pipeline('x')\n"
         (
             ("run", str(WORDCOUNT), "--once", "--param", "input_dir=x", "--param", "inptu=y"),
             {},
-            ["--param inptu", "does not declare", "it declares: input_dir"],
+            ["unknown param 'inptu', did you mean 'input_dir'?", "the file reads: input_dir"],
         ),
     ],
     ids=[

@@ -5,6 +5,7 @@ The rules are in :mod:`etl.sources.kafka` (slices, barriers, reading, decoding).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -61,6 +62,8 @@ _CONSUMER_FIXED_KEYS = frozenset(
 # partition that returns nothing for this long is taken to end at the consumer position.
 _STABLE_END_IDLE_S = 1.0
 _WINDOW_FIRST = 1_024
+_REACH_TIMEOUT_S = 3.0
+"""How long validation waits for the brokers (``KafkaSource.unreachable``)."""
 
 
 class KafkaSource(Source):
@@ -222,6 +225,51 @@ class KafkaSource(Source):
                 )
             found.extend(TopicPartition(topic, p) for p in sorted(ids))
         return found
+
+    def unreachable(self) -> str | None:
+        """Whether the brokers answer and every topic exists, asked in a daemon thread that
+        is given up after a few seconds (a metadata request to an unreachable broker can
+        wait much longer)."""
+        found: list[str | None] = []
+
+        def ask() -> None:
+            from kafka import KafkaConsumer
+
+            try:
+                consumer = KafkaConsumer(
+                    **{
+                        **self._consumer_config(),
+                        "request_timeout_ms": int(_REACH_TIMEOUT_S * 1000),
+                        "bootstrap_timeout_ms": int(_REACH_TIMEOUT_S * 1000),
+                    }
+                )
+            except Exception as exc:  # noqa: BLE001 - reported with its cause
+                found.append(
+                    f"cannot reach Kafka at {self.bootstrap_servers} ({type(exc).__name__}): "
+                    "start the broker, or fix bootstrap_servers"
+                )
+                return
+            try:
+                topics = consumer.topics()
+                missing = [t for t in self.topics if t not in topics]
+                found.append(
+                    f"topic(s) {missing} do not exist at {self.bootstrap_servers} (or are not "
+                    "visible to this client): create them, or fix the source's topics"
+                    if missing
+                    else None
+                )
+            finally:
+                consumer.close()
+
+        thread = threading.Thread(target=ask, name=f"reach-{self.name}", daemon=True)
+        thread.start()
+        thread.join(_REACH_TIMEOUT_S + 1.0)
+        if not found:
+            return (
+                f"Kafka at {self.bootstrap_servers} did not answer within "
+                f"{_REACH_TIMEOUT_S + 1.0:.0f} s: start the broker, or fix bootstrap_servers"
+            )
+        return found[0]
 
     # -- cutting -----------------------------------------------------------------------
 

@@ -1,0 +1,68 @@
+"""``etl validate``: check a pipeline file without running it (no Spark, no catalog write)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from catalog import Catalog, CatalogNotFoundError, load_catalog
+from etl.cli.app import CatalogUrl, TableOrJson, Warehouse, app, guard, parse_params
+from etl.cli.render import print_json
+
+
+@app.command()
+@guard
+def validate(
+    pipeline_file: Annotated[Path, typer.Argument(help="Python file that defines `pipeline`.")],
+    warehouse: Warehouse = Path("warehouse"),
+    catalog_url: CatalogUrl = None,
+    param: Annotated[
+        list[str], typer.Option("--param", help="Pipeline parameter key=value (repeatable).")
+    ] = [],  # noqa: B006 - typer needs a literal default
+    format: Annotated[
+        TableOrJson,
+        typer.Option("--format", case_sensitive=False, help="json: the problems as JSON."),
+    ] = TableOrJson.TABLE,
+) -> None:
+    """Check a pipeline file before anything runs, and list every problem at once.
+
+    Checks the parameters (with "did you mean"), that every input table is written by a
+    job of the pipeline or registered in the catalog, that a SQL job reads only its
+    inputs, write modes and keys, and that the sources can be reached. Starts no Spark
+    and writes nothing; `etl run` runs the same checks first.
+
+    Exit codes: 0 valid, 2 problems (each names its job, table, source or parameter).
+
+    Example: etl validate examples/wordcount/pipeline.py --param input_dir=./incoming
+    """
+    from etl.validation import validate_file
+
+    validation = validate_file(
+        pipeline_file, parse_params(param), catalog=existing_catalog(warehouse, catalog_url)
+    )
+    if format == TableOrJson.JSON:
+        print_json(validation.to_json())
+        raise typer.Exit(0 if validation.ok else 2)
+    pipeline = validation.checked()
+    typer.echo(f"{pipeline_file}: pipeline {pipeline.name!r} is valid ({len(pipeline.jobs)} jobs)")
+
+
+def existing_catalog(warehouse: Path, catalog_url: str | None) -> Catalog | None:
+    """The catalog if it exists (nothing is created), for read-only lookups; None if not."""
+    if catalog_url is None:
+        from catalog.sql import CATALOG_FILE_NAME
+
+        if not (warehouse / CATALOG_FILE_NAME).is_file():
+            return None
+    try:
+        return load_catalog(catalog_url, warehouse=warehouse, create=False)
+    except CatalogNotFoundError:
+        return None
+
+
+__all__ = [
+    "existing_catalog",
+    "validate",
+]
