@@ -6,16 +6,21 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: install test test-fast faults lint typecheck demo bench clean
+.PHONY: install kernel test test-fast faults lint typecheck demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
-	$(BIN)/python -m ipykernel install --user --name delta-barrier --display-name "Delta Barrier" >/dev/null
+	$(MAKE) --no-print-directory kernel
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The notebook kernel lives in this checkout's .venv (share/jupyter/kernels), never per user:
+# another clone's kernel cannot run this one's notebooks, and .venv/bin/jupyter finds it.
+kernel:
+	$(BIN)/python -m ipykernel install --sys-prefix --name delta-barrier --display-name "Delta Barrier" >/dev/null
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

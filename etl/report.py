@@ -213,7 +213,10 @@ def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusRep
         ):
             blocked_epoch = validation.epoch
             blocked = f"epoch {validation.epoch} failed validation: {', '.join(map(str, blocking))}"
-            resolve = f"etl resolve {name} {validation.epoch} --accept|--quarantine|--skip"
+            resolve = (
+                f"etl resolve {name} {validation.epoch} --accept|--skip|--quarantine "
+                "(--quarantine with --pipeline FILE and the run's --param KEY=VALUE)"
+            )
         stale = None
         if (
             status.writer_job is not None

@@ -67,10 +67,21 @@ def resolve(
     pipeline_file: Annotated[
         Path | None, typer.Option("--pipeline", help="The pipeline file (for --quarantine).")
     ] = None,
-    param: Annotated[list[str], typer.Option("--param")] = [],  # noqa: B006
+    param: Annotated[
+        list[str],
+        typer.Option(
+            "--param",
+            help="Pipeline parameter key=value (repeatable; for --quarantine: the run's).",
+        ),
+    ] = [],  # noqa: B006 - typer needs a literal default
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    master: Annotated[str | None, typer.Option(envvar="ETL_SPARK_MASTER")] = None,
+    master: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ETL_SPARK_MASTER", help="Spark master for --quarantine (default local[*])."
+        ),
+    ] = None,
     format: Annotated[
         TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
     ] = TableOrJson.TABLE,
@@ -100,7 +111,10 @@ def resolve(
         raise UsageError("give exactly one of --accept, --quarantine or --skip")
     (action,) = chosen
     if action is ResolutionAction.QUARANTINE and pipeline_file is None:
-        raise UsageError("--quarantine needs --pipeline FILE (the gate that splits the rows)")
+        raise UsageError(
+            "--quarantine needs --pipeline FILE and the run's --param KEY=VALUE (the gate "
+            "that splits the rows is in the pipeline)"
+        )
     with open_catalog(warehouse, catalog_url) as catalog:
         known = sorted(t.name for t in catalog.list_tables(include_retired=True))
         if table not in known:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
 import signal
 import threading
 import time
@@ -202,7 +203,13 @@ def run(
                     )
     finally:
         runner.release()
-    _report(result, runner, fmt=format, maintenance=upkeep.totals if upkeep else None)
+    _report(
+        result,
+        runner,
+        fmt=format,
+        maintenance=upkeep.totals if upkeep else None,
+        invocation=_invocation(pipeline_file, param, warehouse, catalog_url),
+    )
     if verbose:
         import traceback
 
@@ -313,7 +320,34 @@ def _maintenance(runner, catalog: Catalog, interval: float | None):
     )
 
 
-def _report(result, runner, *, fmt: str, maintenance=None) -> None:
+def _resolve_commands(table: str, epoch: int, invocation: str) -> str:
+    """The commands that resolve a blocked epoch, each working as printed: ``--quarantine``
+    loads the pipeline (the gate splits the rows), so it names the run's file and params."""
+    command = f"etl resolve {table} {epoch}"
+    return (
+        f"Resolve it with one of (--reason TEXT records why):\n  {command} --accept\n"
+        f"  {command} --skip\n  {command} --quarantine{invocation}"
+    )
+
+
+def _invocation(
+    pipeline_file: Path, params: list[str], warehouse: Path, catalog_url: str | None
+) -> str:
+    """The run's pipeline file, params, warehouse and catalog as ``etl resolve`` takes them
+    (the catalog's password masked)."""
+    from etl.config import scrub
+
+    words = ["--pipeline", str(pipeline_file)]
+    for item in params:
+        words += ["--param", item]
+    if warehouse != Path("warehouse"):
+        words += ["--warehouse", str(warehouse)]
+    if catalog_url is not None:
+        words += ["--catalog", scrub(catalog_url, catalog_url)]
+    return " " + " ".join(shlex.quote(word) for word in words)
+
+
+def _report(result, runner, *, fmt: str, maintenance=None, invocation: str = "") -> None:
     if fmt == "json":
         data = _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
         if maintenance is not None:
@@ -332,13 +366,14 @@ def _report(result, runner, *, fmt: str, maintenance=None) -> None:
         err.print(
             f"[yellow]blocked:[/] job {batch.job} epoch {batch.epoch}: "
             + escape(str(batch.blocked_reason))
-            + f". Resolve it: etl resolve {job.output} {batch.epoch} --accept|--skip|--quarantine"
+            + ". "
+            + escape(_resolve_commands(job.output, batch.epoch, invocation))
         )
     for step in result.blocked_in_recovery:
         for epoch in step.epochs:
             err.print(
                 f"[yellow]blocked:[/] job {step.job} epoch {epoch} (still failing its gate). "
-                f"Resolve it: etl resolve {step.table} {epoch} --accept|--skip|--quarantine"
+                + escape(_resolve_commands(step.table, epoch, invocation))
             )
     for failure in result.failures:
         err.print("[bold red]failed:[/] " + escape(failure.error))
@@ -478,8 +513,15 @@ def recover(
     pipeline_file: Annotated[Path, typer.Argument(help="Python file that defines `pipeline`.")],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    param: Annotated[list[str], typer.Option("--param")] = [],  # noqa: B006
-    master: Annotated[str | None, typer.Option(envvar="ETL_SPARK_MASTER")] = None,
+    param: Annotated[
+        list[str],
+        typer.Option(
+            "--param", help="Pipeline parameter key=value (repeatable): those of the run."
+        ),
+    ] = [],  # noqa: B006 - typer needs a literal default
+    master: Annotated[
+        str | None, typer.Option(envvar="ETL_SPARK_MASTER", help="Spark master (default local[*]).")
+    ] = None,
     format: Annotated[
         TableOrJson,
         typer.Option(

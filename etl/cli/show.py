@@ -152,10 +152,16 @@ def _status_view(report):
             )
         if r.running and r.lease_owner:
             until = f"{r.lease_expires_at:%H:%M:%S}" if r.lease_expires_at else "-"
+            takeover = {
+                "dead": "; its process is gone: the next `etl run` or `etl recover` takes "
+                "it over at once",
+                "unknown": "; on another host: if that run died, the next `etl run` takes "
+                f"it over when the lease lapses at {until}",
+            }.get(r.owner_alive or "", "")
             notes.append(
                 Text(
                     f"running: job {r.writer_job} by {r.lease_owner} ({r.owner_alive}), "
-                    f"lease until {until}",
+                    f"lease until {until}{takeover}",
                 )
             )
         if r.orphaned:
@@ -324,10 +330,7 @@ def epochs(
         columns.append("failed attempts")
         for row, record in zip(cells, records, strict=True):
             row.append(
-                "; ".join(
-                    f"#{f['attempt']} {f['error_class']}: {f['message'][:80]}"
-                    for f in record["failures"]
-                )
+                "; ".join(f"#{f['attempt']} {_failure_text(f)[:160]}" for f in record["failures"])
             )
     if resolved:
         columns.append("resolution")
@@ -365,6 +368,13 @@ def _retention(state, *, expired, pinned, pinned_versions, tagged) -> str | None
     if state.epoch in tagged:
         held.append("tagged " + ", ".join(sorted(tagged[state.epoch])))
     return "retained" + (f": {'; '.join(held)}" if held else "")
+
+
+def _failure_text(failure: dict) -> str:
+    """A failure's message, its error class in front unless the message names it already."""
+    if failure["error_class"] in failure["message"]:
+        return failure["message"]
+    return f"{failure['error_class']}: {failure['message']}"
 
 
 def _failure_json(failure) -> dict:

@@ -4,6 +4,9 @@ checked cheaply (no Spark)."""
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import tomllib
 
 import pyarrow as pa
 import pytest
@@ -21,7 +24,7 @@ from etl.cli import app
 from etl.cli.app import hoist_global_options
 from etl.cli.render import print_arrow
 from etl.reader import parse_query
-from tests.support.cli_runner import etl
+from tests.support.cli_runner import REPO, etl
 
 
 def test_global_options_are_taken_after_any_command():
@@ -67,7 +70,11 @@ def test_epochs_last_counts_failed_epochs_and_shows_a_resolutions_reason(tmp_pat
     failed = catalog.open_epoch().id
     catalog.record_failure(
         JobFailureRecord(
-            job="ingest", error_class="SourceError", message="gone", owner="t", epoch=failed
+            job="ingest",
+            error_class="SourceError",
+            message=f"job 'ingest' failed at epoch {failed}: SourceError: source 'feed': gone",
+            owner="t",
+            epoch=failed,
         )
     )
     catalog.record_resolution("facts", 2, action="ACCEPT", actor="ann", reason="known outlier")
@@ -83,6 +90,7 @@ def test_epochs_last_counts_failed_epochs_and_shows_a_resolutions_reason(tmp_pat
     table = etl("epochs", "facts", "--last", "3", *wh, cwd=tmp_path, COLUMNS="300")
     assert table.returncode == 0, table.stderr
     assert "ACCEPT by ann: known outlier" in table.stdout, table.stdout
+    assert table.stdout.count("SourceError") == 1, table.stdout  # said once
 
 
 def test_unnamed_columns_are_named_as_spark_names_them():
@@ -130,3 +138,28 @@ def test_catalog_messages_fit_the_catalog(tmp_path):
     upgraded = etl("catalog", "upgrade", "--warehouse", warehouse, cwd=tmp_path)
     assert upgraded.returncode == 0, upgraded.stderr
     assert "already at version" in upgraded.stdout and "->" not in upgraded.stdout
+
+
+def test_status_says_a_dead_runs_jobs_are_taken_over_at_once(tmp_path):
+    warehouse, catalog = _sealed_history(tmp_path, 1)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid now names no process
+    catalog.release_lease(catalog.get_lease("ingest"))
+    catalog.acquire_lease("ingest", f"{socket.gethostname()}:{gone.pid}:-:x", ttl_seconds=600)
+    catalog.close()
+    shown = etl("status", "--warehouse", warehouse, cwd=tmp_path, COLUMNS="300")
+    assert shown.returncode == 0, shown.stderr
+    assert "dead owner" in shown.stdout
+    assert "the next `etl run` or `etl recover` takes it over at once" in shown.stdout
+
+
+def test_the_tour_leaves_nothing_untracked_and_the_docs_keep_results():
+    tour_outputs = ["incoming/a.txt", "demo-warehouse/_catalog.sqlite", "cut.json", "warehouse/x"]
+    ignored = subprocess.run(
+        ["git", "check-ignore", *tour_outputs], cwd=REPO, capture_output=True, text=True
+    )
+    assert ignored.stdout.split() == tour_outputs
+    readme = (REPO / "README.md").read_text()
+    assert "jupyter execute --inplace notebooks/explore.ipynb" in readme
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert isinstance(project["license"], str)  # SPDX: setuptools warns about a table
