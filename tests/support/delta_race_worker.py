@@ -2,9 +2,9 @@
 
 Usage: python delta_race_worker.py LOCATION JOB GENERATION NAME COMMITS START_AT [--claim W]
 
-Waits until START_AT (a Unix time); with ``--claim W``, waits until worker W has 5 commits
-in the log, then claims the table for JOB at GENERATION;
-then commits COMMITS empty commits (metadata: worker NAME, index i). Prints one JSON
+Waits until START_AT (a Unix time) and claims the table for JOB at GENERATION (a runner
+commits only to tables it claimed); with ``--claim W``, it first waits until worker W has
+5 commits in the log. Then it commits COMMITS empty commits (metadata: worker NAME, index i). Prints one JSON
 object: the versions its commits returned, the claim's version, and how it stopped.
 """
 
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
         rival = argv[argv.index("--claim") + 1]
         while sum(e.get("race.worker") == rival for e in DeltaTable(location).history()) < 5:
             time.sleep(0.01)
-        report["claimed_at"] = claim_table(location, fence=fence)
+    report["claimed_at"] = claim_table(location, fence=fence)
     schema = pa.schema([("id", pa.int64())])
     for index in range(int(commits)):
         try:
