@@ -75,10 +75,19 @@ class Catalog(ABC):
         transaction, as :meth:`register_table` and :meth:`register_job` would one by one.
 
         First, before anything is written, refuses with NameOwnedError (naming both
-        pipelines) every job, source or table name another pipeline owns: job and source
-        names are warehouse-wide, like table names. Any refusal leaves the catalog as it
-        was; two processes registering at once are serialized by the write lock.
+        pipelines) every job, source or table name another pipeline owns (job and source
+        names are warehouse-wide, like table names), and with PipelineMismatchError an input
+        table of another pipeline. Any refusal leaves the catalog as it was; two processes
+        registering at once are serialized by the write lock.
         """
+
+    @abstractmethod
+    def check_registration(
+        self, name: str, tables: Sequence[TableSpec], jobs: Sequence[JobSpec]
+    ) -> None:
+        """The up-front refusals of :meth:`register_pipeline`, read-only: NameOwnedError,
+        and PipelineMismatchError for an input table another pipeline registered. For a
+        check before anything starts; registering checks again under the write lock."""
 
     @abstractmethod
     def update_table_schema(self, table: str, schema_json: str) -> None:

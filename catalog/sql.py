@@ -838,21 +838,52 @@ class SqlCatalog(Catalog):
     def register_pipeline(
         self, name: str, tables: Sequence[TableSpec], jobs: Sequence[JobSpec]
     ) -> PipelineInfo:
-        validate_name(name, kind="pipeline")
-        table_specs = [
-            self._checked_table(dataclasses.replace(spec, pipeline=name)) for spec in tables
-        ]
-        job_specs = [
-            self._normalized_job(dataclasses.replace(spec, pipeline=name)) for spec in jobs
-        ]
+        table_specs, job_specs = self._pipeline_specs(name, tables, jobs)
         with self._write() as conn:
             self._refuse_foreign_names(conn, name, table_specs, job_specs)
+            self._refuse_foreign_inputs(conn, job_specs)
             self._pipeline_row(conn, name, create=True)
             for table_spec in table_specs:
                 self._register_table(conn, table_spec)
             for job_spec in job_specs:
                 self._register_job(conn, job_spec)
             return self._pipeline_info(self._pipeline_row(conn, name))
+
+    def check_registration(
+        self, name: str, tables: Sequence[TableSpec], jobs: Sequence[JobSpec]
+    ) -> None:
+        table_specs, job_specs = self._pipeline_specs(name, tables, jobs)
+        with self._read(snapshot=True) as conn:
+            self._refuse_foreign_names(conn, name, table_specs, job_specs)
+            self._refuse_foreign_inputs(conn, job_specs)
+
+    def _pipeline_specs(
+        self, name: str, tables: Sequence[TableSpec], jobs: Sequence[JobSpec]
+    ) -> tuple[list[TableSpec], list[JobSpec]]:
+        validate_name(name, kind="pipeline")
+        return (
+            [self._checked_table(dataclasses.replace(spec, pipeline=name)) for spec in tables],
+            [self._normalized_job(dataclasses.replace(spec, pipeline=name)) for spec in jobs],
+        )
+
+    @staticmethod
+    def _refuse_foreign_inputs(conn: sa.Connection, jobs: Sequence[JobSpec]) -> None:
+        """PipelineMismatchError for the first input table of a job that another pipeline
+        registered (it can only be read as a source)."""
+        t = tables_table
+        for spec in jobs:
+            for table, owner in conn.execute(
+                sa.select(t.c.name, t.c.pipeline).where(
+                    t.c.name.in_(spec.inputs), t.c.pipeline != spec.pipeline
+                )
+            ):
+                raise PipelineMismatchError(
+                    job=spec.name,
+                    table=table,
+                    job_pipeline=spec.pipeline,
+                    table_pipeline=owner,
+                    role="input",
+                )
 
     def _refuse_foreign_names(
         self,

@@ -352,13 +352,15 @@ class SnapshotReader:
 
         ``{"level", "epoch", "barrier_ts", "tables": [{"table", "location", "uri",
         "version", "epoch"}]}``; ``version`` None means the table has nothing visible at
-        this level (read it as empty).
+        this level (read it as empty). A repeatable-read cut over tables of several
+        pipelines has no one epoch (``epoch`` null, ``barrier_ts`` the oldest cut's) and
+        adds ``"aligned_at"`` and ``"pipelines": [{"pipeline", "epoch", "barrier_ts",
+        "tables"}]``.
         """
-        barrier = self.snapshot.barrier_ts
-        return {
+        described: dict[str, Any] = {
             "level": self.level.value,
             "epoch": self.epoch,
-            "barrier_ts": as_utc(barrier).isoformat() if barrier is not None else None,
+            "barrier_ts": _iso(self.snapshot.barrier_ts),
             "tables": [
                 {
                     "table": name,
@@ -370,6 +372,18 @@ class SnapshotReader:
                 for name, location in self._locations.items()
             ],
         }
+        if self.snapshot.pipelines:
+            described["aligned_at"] = _iso(self.snapshot.aligned_at)
+            described["pipelines"] = [
+                {
+                    "pipeline": cut.pipeline,
+                    "epoch": cut.epoch,
+                    "barrier_ts": _iso(cut.barrier_ts),
+                    "tables": list(cut.tables),
+                }
+                for cut in self.snapshot.pipelines
+            ]
+        return described
 
     def _check(self, table: str) -> str:
         self._check_open()
@@ -574,6 +588,32 @@ def delta_extension_path() -> str:
     return _DELTA_EXTENSION
 
 
+def duckdb_script(cut: Mapping[str, Any]) -> str:
+    """A cut (:meth:`SnapshotReader.describe`) as a DuckDB SQL script that any DuckDB
+    process can run offline: it loads the Delta extension this installation bundles
+    (``duckdb-ext-delta``) and makes one view per table at the cut's version (a table
+    with nothing visible: an empty view of its columns)."""
+    lines = [
+        f"-- Delta Barrier cut: level={cut['level']} epoch={cut['epoch']} "
+        f"barrier_ts={cut['barrier_ts']}",
+        f"LOAD '{_sql_text(delta_extension_path())}';",
+    ]
+    for table in cut["tables"]:
+        attached = _quote_duckdb(f"__delta_{table['table']}")
+        lines.append(f"ATTACH '{_sql_text(table['uri'])}' AS {attached} (TYPE delta);")
+        read = (
+            f"SELECT * FROM {attached} WHERE false"
+            if table["version"] is None
+            else f"SELECT * FROM {attached} AT (VERSION => {int(table['version'])})"
+        )
+        lines.append(f"CREATE OR REPLACE VIEW {_quote_duckdb(table['table'])} AS {read};")
+    return "\n".join(lines) + "\n"
+
+
+def _sql_text(text: str) -> str:
+    return text.replace("'", "''")
+
+
 _DUCKDB: duckdb.DuckDBPyConnection | None = None
 _DUCKDB_LOCK = threading.Lock()
 _ATTACH_IDS = itertools.count(1)
@@ -641,7 +681,8 @@ def snapshot(
     else:
         tables = list(tables_or_sql)
         where = ", ".join(tables)
-    known = {t.name for t in catalog.list_tables()}
+    pipelines = {t.name: t.pipeline for t in catalog.list_tables()}
+    known = set(pipelines)
     by_lower = {name.lower(): name for name in known}
     unknown = [t for t in tables if t not in known and t.lower() not in by_lower]
     if unknown:
@@ -661,6 +702,7 @@ def snapshot(
         latest_versions=latest_versions,
         as_of_epoch=as_of_epoch,
         as_of_time=as_of_time,
+        pipelines={t: pipelines[t] for t in tables},
     )
     holder = _pin(catalog, resolved, tables) if pin else None
     return SnapshotReader(catalog=catalog, snapshot=resolved, spark=spark, pin=holder)
@@ -686,6 +728,10 @@ def _pin(catalog: Catalog, resolved: Snapshot, tables: Sequence[str]) -> PinHold
     except CatalogReadOnlyError:
         log.info("the catalog is read-only: this snapshot holds no retention pin")
         return None
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return as_utc(ts).isoformat() if ts is not None else None
 
 
 def _looks_like_sql(text: str) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from catalog import PIPELINE_DEFAULT, Catalog, EpochState
+from etl.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -132,12 +133,22 @@ def _ancestors(catalog: Catalog) -> dict[str, set[str]]:
     return closure
 
 
-def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusReport:
-    """Every table and pipeline, as ``etl status`` shows them."""
+def check_pipeline(catalog: Catalog, pipeline: str | None) -> None:
+    """UsageError naming the known pipelines if ``pipeline`` is not one (None: all of them)."""
+    known = [p.name for p in catalog.list_pipelines()]
+    if pipeline is not None and pipeline not in known:
+        raise UsageError(f"unknown pipeline {pipeline!r}; the catalog has {known}")
+
+
+def status_report(
+    catalog: Catalog, *, now: datetime | None = None, pipeline: str | None = None
+) -> StatusReport:
+    """Every table and pipeline (or only ``pipeline``'s), as ``etl status`` shows them."""
     from etl.leases import owner_state
 
+    check_pipeline(catalog, pipeline)
     now = now or datetime.now(UTC)
-    statuses = {s.table: s for s in catalog.table_status()}
+    statuses = {s.table: s for s in catalog.table_status() if pipeline in (None, s.pipeline)}
     order = _lineage_order(catalog, list(statuses))
     ancestors = _ancestors(catalog)
     leases = {}
@@ -269,7 +280,7 @@ def status_report(catalog: Catalog, *, now: datetime | None = None) -> StatusRep
     tags = catalog.list_tags()
     for info in catalog.list_pipelines():
         mine = [r for r in rows if r.pipeline == info.name and not r.retired]
-        if not mine and info.name == PIPELINE_DEFAULT:
+        if pipeline not in (None, info.name) or (not mine and info.name == PIPELINE_DEFAULT):
             continue
         latest = catalog.latest_epoch(pipeline=info.name)
         commit = catalog.latest_commit(pipeline=info.name)
@@ -378,25 +389,32 @@ def _plain(value: object) -> object:
     return value
 
 
-def lineage_graph(catalog: Catalog) -> dict[str, list[dict[str, str]]]:
-    """Nodes (sources, jobs, tables) and edges of the lineage."""
-    nodes: dict[str, str] = {}
+def lineage_graph(
+    catalog: Catalog, *, pipeline: str | None = None
+) -> dict[str, list[dict[str, str]]]:
+    """Nodes (sources, jobs, tables; each with its pipeline) and edges of the lineage, of
+    every pipeline or only ``pipeline``'s."""
+    check_pipeline(catalog, pipeline)
+    nodes: dict[str, tuple[str, str]] = {}
     edges = []
-    for job in catalog.list_jobs():
-        nodes[job.name] = "job"
+    for job in catalog.list_jobs(pipeline=pipeline):
+        nodes[job.name] = ("job", job.pipeline)
         if job.source:
-            nodes[job.source] = "source"
+            nodes[job.source] = ("source", job.pipeline)
             edges.append({"from": job.source, "to": job.name})
         for table in job.inputs:
-            nodes.setdefault(table, "table")
+            nodes.setdefault(table, ("table", job.pipeline))
             edges.append({"from": table, "to": job.name})
         for table in (job.output, *job.side_outputs):
-            nodes.setdefault(table, "table")
+            nodes.setdefault(table, ("table", job.pipeline))
             edges.append({"from": job.name, "to": table})
-    for info in catalog.list_tables():
-        nodes.setdefault(info.name, "table")
+    for info in catalog.list_tables(pipeline=pipeline):
+        nodes[info.name] = ("table", info.pipeline)
     return {
-        "nodes": [{"name": n, "kind": k} for n, k in sorted(nodes.items())],
+        "nodes": [
+            {"name": n, "kind": kind, "pipeline": owner}
+            for n, (kind, owner) in sorted(nodes.items())
+        ],
         "edges": edges,
     }
 
@@ -438,6 +456,7 @@ __all__ = [
     "PipelineStatus",
     "StatusReport",
     "TableStatusRow",
+    "check_pipeline",
     "lineage_graph",
     "lineage_text",
     "status_report",

@@ -24,7 +24,6 @@ from datetime import datetime
 from pyspark.sql import SparkSession
 
 from catalog import (
-    PIPELINE_DEFAULT,
     Catalog,
     CatalogError,
     Epoch,
@@ -32,7 +31,6 @@ from catalog import (
     JobFailureRecord,
     Lease,
     LeaseHeldError,
-    UnknownTableError,
 )
 from consistency import EpochBatch, admission_order, plan_batches
 from etl.engine import BatchResult, EpochEngine, RecoveryStep, StepAction, recover
@@ -46,11 +44,14 @@ from etl.errors import (
 )
 from etl.leases import LeaseKeeper, make_owner, owner_state
 from etl.pipeline import Job, Pipeline
+from etl.registration import catalog_pipeline_name, register_pipeline
 from etl.retention.gate import BatchGate
 from etl.scheduling import (
     DEFAULT_LEASE_TTL_SECONDS,
     DEFAULT_SLOW_BATCH_SECONDS,
+    NO_RETRIES,
     BacklogThreshold,
+    RetryPolicy,
     backlog_threshold_for,
     default_parallel_batches,
 )
@@ -70,6 +71,8 @@ class JobFailure:
     exception: BaseException | None = field(default=None, compare=False, repr=False)
     attempt: int | None = None
     error_class: str | None = None
+    retries_spent: bool = False
+    """The run's retry policy allowed no more attempts: the run ended because of it."""
 
 
 def one_line(exc: BaseException) -> str:
@@ -99,6 +102,10 @@ class RunResult:
     batches: tuple[BatchResult, ...] = ()
     recovered: tuple[RecoveryStep, ...] = ()
     failures: tuple[JobFailure, ...] = ()
+    """Failed batches no later attempt of the job made good (each is on record in the
+    catalog): the run exits 1."""
+    retried: tuple[JobFailure, ...] = ()
+    """Failed batches a retry made good (also on record in the catalog)."""
 
     @property
     def blocked(self) -> tuple[BatchResult, ...]:
@@ -126,23 +133,11 @@ class RunResult:
             batches=self.batches + other.batches,
             recovered=self.recovered + other.recovered,
             failures=self.failures + other.failures,
+            retried=self.retried + other.retried,
         )
 
 
 ProgressCallback = Callable[[BatchResult], None]
-
-
-def catalog_pipeline_name(pipeline: Pipeline, catalog: Catalog, warehouse: str) -> str:
-    """The pipeline's name in the catalog: ``pipeline.name``, except for a warehouse whose
-    tables were registered before pipelines were a catalog notion (they stay in the
-    default pipeline)."""
-    for spec in pipeline.table_specs(warehouse):
-        try:
-            known = catalog.get_table(spec.name)
-        except UnknownTableError:
-            continue
-        return PIPELINE_DEFAULT if known.pipeline == PIPELINE_DEFAULT else pipeline.name
-    return pipeline.name
 
 
 @dataclass(frozen=True)
@@ -186,6 +181,7 @@ class Runner:
         max_parallel_jobs: int | None = None,
         slow_batch_seconds: float = DEFAULT_SLOW_BATCH_SECONDS,
         on_batch: ProgressCallback | None = None,
+        retry: RetryPolicy = NO_RETRIES,
     ) -> None:
         for name, value in (
             ("max_parallel_jobs", max_parallel_jobs),
@@ -211,6 +207,7 @@ class Runner:
         self.max_parallel_jobs = max_parallel_jobs or default_parallel_batches()
         self.slow_batch_seconds = slow_batch_seconds
         self.on_batch = on_batch
+        self.retry = retry
         self.engine = EpochEngine(pipeline=pipeline, catalog=catalog, spark=spark)
         self._keeper: LeaseKeeper | None = None
         self._registered = False
@@ -239,11 +236,7 @@ class Runner:
         transaction: NameOwnedError for a job, source or table name another pipeline owns
         leaves the catalog as it was), and its retention policy when the file declares one."""
         name = self.catalog_pipeline
-        self.catalog.register_pipeline(
-            name,
-            self.pipeline.table_specs(self.warehouse),
-            [self.pipeline.job_spec(job) for job in self.pipeline.ordered_jobs()],
-        )
+        register_pipeline(self.catalog, self.pipeline, self.warehouse, name)
         self.undeclared = undeclared(self.pipeline, self.catalog, name)
         if self.pipeline.retention is not None:
             self.catalog.set_retention_policy(name, self.pipeline.retention.to_json())
@@ -460,13 +453,64 @@ class Runner:
         reclaims = dict.fromkeys((job.name for job in jobs), 0)
         next_epoch_at = time.monotonic()
 
+        failed_in_a_row = dict.fromkeys((job.name for job in jobs), 0)
+        retry_at: dict[str, float] = {}
+        """Jobs whose failed batch waits for its retry, and when it is due."""
+        retried: list[JobFailure] = []
+        giving_up = False
+        """A job's retries are spent (and not --keep-going): no new epoch, no new batch."""
+
         def opening() -> bool:
             return (
                 epoch_interval is not None
                 and stop is not None
                 and not stop.is_set()
+                and not giving_up
                 and (max_epochs is None or len(opened) < max_epochs)
             )
+
+        def job_failed(job: Job, batch: EpochBatch | None, exc: BaseException) -> None:
+            """Record the failure; retry the job after a backoff, or stop it once its
+            retries are spent (and the run with it, unless the policy keeps going)."""
+            nonlocal giving_up
+            failed_in_a_row[job.name] += 1
+            count = failed_in_a_row[job.name]
+            epoch = batch.last if batch is not None else None
+            attempt = self.engine.attempt_of(job, batch) if batch is not None else None
+            failure = self._record_failure(job, epoch, exc, attempt)
+            stopped.add(job.name)
+            if self.retry.spent(count) or (stop is not None and stop.is_set()):
+                if self.retry.retries and self.retry.spent(count):
+                    failure = dataclasses.replace(failure, retries_spent=True)
+                    giving_up = True
+                failures.append(failure)
+                return
+            delay = self.retry.delay(count)
+            log.warning(
+                "job %s failed (attempt %d in a row; retrying in %.1f s): %s",
+                job.name,
+                count,
+                delay,
+                failure.error,
+            )
+            failures.append(failure)
+            retry_at[job.name] = time.monotonic() + delay
+
+        def retry_due(now: float) -> None:
+            """Recover each job whose retry is due (a failed batch may have left commits
+            behind), then let it plan again."""
+            for name, due in list(retry_at.items()):
+                if due > now:
+                    continue
+                del retry_at[name]
+                job = by_name[name]
+                try:
+                    recovered.extend(self._recover_job(job))
+                except Exception as exc:  # noqa: BLE001 - counted as another failed attempt
+                    job_failed(job, None, exc)
+                    continue
+                stopped.discard(name)
+                dirty.add(name)
 
         def run_one(job: Job, batch: EpochBatch) -> BatchResult:
             self._running[job.name] = batch
@@ -516,6 +560,11 @@ class Runner:
                 if stop is not None and stop.is_set() and not draining:
                     draining = True  # re-plan what waits: every pending epoch in one batch
                     dirty |= set(ready)
+                    retry_at.clear()  # a stopping run retries nothing more
+                if giving_up:
+                    retry_at.clear()
+                    ready.clear()
+                retry_due(time.monotonic())
                 busy = {job.name for job, _, _ in running.values()}
                 for job in jobs:
                     if job.name in busy or job.name in stopped or job.name not in dirty:
@@ -537,17 +586,20 @@ class Runner:
                     job = by_name[name]
                     running[pool.submit(run_one, job, batch)] = (job, batch, now)
                     holding += 1
-                if not running and not opening():
+                if not running and not opening() and not retry_at:
                     break
-                wake_at = []
+                wake_at = list(retry_at.values())
                 if opening():
                     wake_at.append(next_epoch_at)
                 if ready:
                     wake_at.extend(holding_slots(now))  # a slot frees when a batch turns slow
                 timeout = max(0.0, min(wake_at) - time.monotonic()) if wake_at else None
                 if not running:
-                    assert stop is not None and timeout is not None
-                    stop.wait(timeout)
+                    assert timeout is not None
+                    if stop is not None:
+                        stop.wait(timeout)
+                    else:
+                        time.sleep(timeout)
                     continue
                 finished, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
                 for future in finished:
@@ -569,21 +621,16 @@ class Runner:
                                 continue
                             except Exception as err:
                                 failed = err
-                        failures.append(
-                            self._record_failure(
-                                job, batch.last, failed, self.engine.attempt_of(job, batch)
-                            )
-                        )
-                        stopped.add(job.name)
+                        job_failed(job, batch, failed)
                         continue
                     except Exception as exc:  # reported as a JobFailure; other jobs go on
-                        failures.append(
-                            self._record_failure(
-                                job, batch.last, exc, self.engine.attempt_of(job, batch)
-                            )
-                        )
-                        stopped.add(job.name)
+                        job_failed(job, batch, exc)
                         continue
+                    if failed_in_a_row[job.name]:
+                        # A retry made good what failed: those failures no longer fail the run.
+                        failed_in_a_row[job.name] = 0
+                        retried.extend(f for f in failures if f.job == job.name)
+                        failures[:] = [f for f in failures if f.job != job.name]
                     results.append(result)
                     if not result.sealed:
                         stopped.add(job.name)
@@ -592,6 +639,7 @@ class Runner:
             batches=tuple(results),
             failures=tuple(failures),
             recovered=tuple(recovered),
+            retried=tuple(retried),
         )
 
     def _record_failure(

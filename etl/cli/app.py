@@ -135,6 +135,13 @@ CatalogUrl = Annotated[
     ),
 ]
 
+PipelineName = Annotated[
+    str | None,
+    typer.Option(
+        "--pipeline", metavar="NAME", help="Only this pipeline (its name in the catalog)."
+    ),
+]
+
 
 def _complete_levels(incomplete: str) -> list[str]:
     return [level.value for level in Consistency if level.value.startswith(incomplete)]

@@ -24,7 +24,8 @@ from etl.cli.render import print_json
 from etl.errors import PipelineBusyError, UsageError
 
 retire_app = typer.Typer(
-    help="Retire a job or table a pipeline no longer declares; its history stays readable."
+    help="Retire a job or table a pipeline no longer declares (its history stays readable), "
+    "or remove a whole pipeline."
     "\n\nExample: etl retire job old_job",
     no_args_is_help=True,
 )
@@ -247,4 +248,51 @@ def retire_table(
     typer.echo(f"retired table {name}; its history stays readable")
 
 
-__all__ = ["resolve", "retire_app", "retire_job", "retire_table"]
+@retire_app.command("pipeline")
+@guard
+def retire_pipeline(
+    name: Annotated[str, typer.Argument(help="The pipeline to remove (its name in the catalog).")],
+    drop_tables: Annotated[
+        bool, typer.Option("--drop-tables", help="Delete its tables' Delta files too.")
+    ] = False,
+    warehouse: Warehouse = Path("warehouse"),
+    catalog_url: CatalogUrl = None,
+    format: Annotated[
+        TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
+    ] = TableOrJson.TABLE,
+) -> None:
+    """Remove a pipeline's registration: its jobs, sources and their slices, its tables'
+    registration, epochs, COMMITs and tags. Its tables' Delta files stay (readable by any
+    Delta reader) unless --drop-tables. Refused while a run of it holds a live lease.
+
+    Example: etl retire pipeline team_test --drop-tables
+    """
+    from etl.retire import retire_pipeline as retire
+
+    with open_catalog(warehouse, catalog_url) as catalog:
+        try:
+            result = retire(catalog, name, drop_tables=drop_tables)
+        except RetirementBlockedError as exc:
+            raise UsageError(str(exc)) from None
+    retired = result.retired
+    if format is TableOrJson.JSON:
+        print_json(
+            {
+                "pipeline": retired.pipeline,
+                "jobs": list(retired.jobs),
+                "sources": list(retired.sources),
+                "tables": [t.name for t in retired.tables],
+                "epochs": retired.epochs,
+                "dropped": list(result.dropped),
+            }
+        )
+        return
+    kept = "deleted" if drop_tables else "kept at their locations"
+    typer.echo(
+        f"removed pipeline {retired.pipeline}: job(s) {', '.join(retired.jobs) or '-'}, "
+        f"source(s) {', '.join(retired.sources) or '-'}, {retired.epochs} epoch(s); "
+        f"table(s) {', '.join(t.name for t in retired.tables) or '-'} unregistered, files {kept}"
+    )
+
+
+__all__ = ["resolve", "retire_app", "retire_job", "retire_pipeline", "retire_table"]

@@ -146,6 +146,10 @@ def run(
     pipeline = _load(pipeline_file, param, known)
     deadline = time.monotonic() + wait
     if known is not None:
+        from etl.registration import check_registration
+
+        # Names another pipeline owns are refused first: their leases are not this one's.
+        check_registration(known, pipeline, str(warehouse.resolve()))
         # A busy pipeline is refused before PySpark is even imported; acquiring the
         # leases decides.
         _retry_while_busy(lambda: _check_not_held(known, pipeline), deadline, wait)

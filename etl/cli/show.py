@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from etl.cli.app import CatalogUrl, Warehouse, app, guard, open_catalog
+from etl.cli.app import CatalogUrl, PipelineName, Warehouse, app, guard, open_catalog
 from etl.cli.render import fitted_columns, out, rows_table
 from etl.errors import UsageError
 
@@ -34,6 +34,7 @@ def status(
     interval: Annotated[
         float, typer.Option(help="Seconds between refreshes with --watch.", min=0.2)
     ] = 2.0,
+    pipeline: PipelineName = None,
 ) -> None:
     """Per pipeline a summary; per table in lineage order: writer job, latest PROCESSED and
     WRITTEN epochs, lag (epochs, seconds against now), end-to-end freshness, whether its
@@ -44,24 +45,25 @@ def status(
     from etl.report import status_report, to_json
 
     with open_catalog(warehouse, catalog_url) as catalog:
+
+        def report():
+            return status_report(catalog, pipeline=pipeline)
+
         if format == "json":
-            report = status_report(catalog)
-            typer.echo(to_json(report))
+            typer.echo(to_json(report()))
             return
         if not watch:
-            out.print(_status_view(status_report(catalog)), soft_wrap=False)
+            out.print(_status_view(report()), soft_wrap=False)
             return
         from rich.console import Console
         from rich.live import Live
 
         try:
             # Not `out`, which soft-wraps: a frame's lines must wrap at the terminal's width.
-            with Live(
-                _status_view(status_report(catalog)), console=Console(), auto_refresh=False
-            ) as live:
+            with Live(_status_view(report()), console=Console(), auto_refresh=False) as live:
                 while True:
                     time.sleep(interval)
-                    live.update(_status_view(status_report(catalog)), refresh=True)
+                    live.update(_status_view(report()), refresh=True)
         except KeyboardInterrupt:
             return
 
@@ -202,35 +204,50 @@ def lineage(
     format: Annotated[
         LineageFormat, typer.Option("--format", case_sensitive=False)
     ] = LineageFormat.TABLE,
+    pipeline: PipelineName = None,
 ) -> None:
-    """The graph of sources, jobs and tables.
+    """The graph of sources, jobs and tables (json: each node's kind and pipeline).
 
     Example: etl lineage --format mermaid
     """
     from etl.report import lineage_graph, lineage_text
 
     with open_catalog(warehouse, catalog_url) as catalog:
-        graph = lineage_graph(catalog)
+        graph = lineage_graph(catalog, pipeline=pipeline)
     typer.echo(lineage_text(graph, fmt=format.value))
 
 
 @app.command()
 @guard
 def epochs(
-    table: Annotated[str, typer.Argument(help="Table name.")],
+    table: Annotated[
+        str | None, typer.Argument(help="Table name (omit it with --pipeline).")
+    ] = None,
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
     format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
     last: Annotated[int, typer.Option(help="Show the newest N epochs.", min=1)] = 50,
+    pipeline: PipelineName = None,
 ) -> None:
     """A table's epochs: state, Delta version, rows, validation, times, catch-up slices.
+    With --pipeline and no table: the pipeline's epochs (barrier, COMMIT, expiry).
 
     Example: etl epochs word_counts --last 10
     """
+    if table is None:
+        if pipeline is None:
+            raise UsageError("give a TABLE, or --pipeline NAME for a pipeline's epochs")
+        _pipeline_epochs(warehouse, catalog_url, pipeline, format=format, last=last)
+        return
     with open_catalog(warehouse, catalog_url) as catalog:
-        known = sorted(t.name for t in catalog.list_tables())
+        tables = {t.name: t.pipeline for t in catalog.list_tables()}
+        known = sorted(tables)
         if table not in known:
             raise UsageError(f"unknown table {table!r}; the catalog has {known}")
+        if pipeline not in (None, tables[table]):
+            raise UsageError(
+                f"table {table!r} belongs to pipeline {tables[table]!r}, not {pipeline!r}"
+            )
         states = catalog.table_epochs(table)[-last:]
         checks = {v.epoch: v for v in catalog.validations(table)}
         barrier = (
@@ -342,6 +359,39 @@ def epochs(
         for row, record in zip(cells, records, strict=True):
             row.append("catch-up" if record["catch_up"] else "")
     out.print(rows_table(columns, cells, title=f"epochs of {table}"))
+
+
+def _pipeline_epochs(
+    warehouse: Path, catalog_url: str | None, pipeline: str, *, format: str, last: int
+) -> None:
+    """The newest ``last`` epochs of a pipeline: barrier, whether COMMIT, expiry."""
+    from etl.report import check_pipeline
+
+    with open_catalog(warehouse, catalog_url) as catalog:
+        check_pipeline(catalog, pipeline)
+        issued = catalog.epochs(pipeline=pipeline)[-last:]
+        expired = {e.epoch: e.rule for e in catalog.expired_epochs(pipeline=pipeline)}
+        records = [
+            {
+                "epoch": e.id,
+                "pipeline": e.pipeline,
+                "barrier_ts": e.barrier_ts.isoformat(),
+                "commit": catalog.get_commit(e.id) is not None,
+                "expired": expired.get(e.id),
+            }
+            for e in issued
+        ]
+    if format == "json":
+        typer.echo(json.dumps(records, indent=2))
+        return
+    columns = ["epoch", "barrier_ts", "commit", "expired"]
+    out.print(
+        rows_table(
+            columns,
+            [[r[c] for c in columns] for r in records],
+            title=f"epochs of pipeline {pipeline}",
+        )
+    )
 
 
 def _resolution_json(resolution) -> dict[str, Any] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -11,15 +12,21 @@ from etl.cli.app import (
     CatalogUrl,
     Consistency,
     ConsistencyOption,
-    TableOrJson,
     Warehouse,
     app,
     guard,
     open_catalog,
     parse_consistency,
 )
-from etl.cli.render import print_json, print_rows
+from etl.cli.render import echo, print_json, print_rows
 from etl.cli.sql import AsOfEpoch, AsOfTag, AsOfTime, time_travel
+
+
+class SnapshotFormat(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    DUCKDB = "duckdb"
+    """A DuckDB SQL script: the bundled Delta extension loaded, a view per table."""
 
 
 @app.command("snapshot")
@@ -36,15 +43,21 @@ def snapshot_command(
     as_of_time: AsOfTime = None,
     as_of_tag: AsOfTag = None,
     format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False)
-    ] = TableOrJson.TABLE,
+        SnapshotFormat,
+        typer.Option(
+            "--format",
+            case_sensitive=False,
+            help="duckdb: a SQL script for any DuckDB (offline: it loads the bundled Delta "
+            "extension) with one view per table at the cut's version.",
+        ),
+    ] = SnapshotFormat.TABLE,
 ) -> None:
     """The consistent cut as data: level, epoch, barrier time, per table location and version.
 
     Any Delta reader (Trino, a remote Spark, DuckDB elsewhere) can then read the same
     snapshot. No Spark is started.
 
-    Example: etl snapshot words word_counts cnt_counts --format json
+    Example: etl snapshot words word_counts cnt_counts --format duckdb > cut.sql
     """
     level = parse_consistency(consistency)
     when = time_travel(level, as_of_epoch, as_of_time, as_of_tag)
@@ -63,8 +76,13 @@ def snapshot_command(
         ) as snap,
     ):
         cut = snap.describe()
-    if format is TableOrJson.JSON:
+    if format is SnapshotFormat.JSON:
         print_json(cut)
+        return
+    if format is SnapshotFormat.DUCKDB:
+        from etl.reader import duckdb_script
+
+        echo(duckdb_script(cut).rstrip("\n"))
         return
     print_rows(
         ["table", "version", "epoch", "location"],
@@ -78,6 +96,16 @@ def snapshot_command(
         f"barrier_ts={cut['barrier_ts'] or '-'}",
         highlight=False,
     )
+    if "pipelines" in cut:
+        err.print(pipeline_cuts(cut), highlight=False)
 
 
-__all__ = ["snapshot_command"]
+def pipeline_cuts(cut: dict) -> str:
+    """A cut over tables of several pipelines (``SnapshotReader.describe()``) in one line:
+    each pipeline's epoch and barrier, and the barrier time they are aligned at."""
+    return f"aligned_at={cut['aligned_at']} " + " ".join(
+        f"{p['pipeline']}:epoch={p['epoch']},barrier_ts={p['barrier_ts']}" for p in cut["pipelines"]
+    )
+
+
+__all__ = ["pipeline_cuts", "snapshot_command"]

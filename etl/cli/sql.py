@@ -149,6 +149,11 @@ def sql(
         )
         if barrier is not None:
             err.print(f"barrier_ts={as_utc(barrier).isoformat()}", highlight=False)
+        cut = reader.describe()
+        if "pipelines" in cut:
+            from etl.cli.snapshot import pipeline_cuts
+
+            err.print(pipeline_cuts(cut), highlight=False)
         if engine is Engine.SPARK:
             table = _run_on_spark(reader, query, limit=limit, master=master)
         else:

@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from etl.cli.app import CatalogUrl, TableOrJson, Warehouse, app, guard, open_catalog
+from etl.cli.app import (
+    CatalogUrl,
+    PipelineName,
+    TableOrJson,
+    Warehouse,
+    app,
+    guard,
+    open_catalog,
+)
 from etl.cli.render import out, print_json, rows_table
 from etl.errors import UsageError
 
@@ -23,7 +31,14 @@ def create(
     epoch: Annotated[
         int | None, typer.Option(help="The COMMIT epoch (default: the latest).")
     ] = None,
-    pipeline: Annotated[str | None, typer.Option(help="Pipeline (default: 'default').")] = None,
+    pipeline: Annotated[
+        str | None,
+        typer.Option(
+            "--pipeline",
+            metavar="NAME",
+            help="The pipeline whose COMMIT cut to tag (default: the newest of any pipeline).",
+        ),
+    ] = None,
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
     format: Annotated[
@@ -34,7 +49,10 @@ def create(
 
     Example: etl tag create before-migration --epoch 42
     """
+    from etl.report import check_pipeline
+
     with open_catalog(warehouse, catalog_url) as catalog:
+        check_pipeline(catalog, pipeline)
         if epoch is None:
             commit = catalog.latest_commit(pipeline=pipeline)
             if commit is None:
@@ -50,6 +68,11 @@ def create(
                 from catalog import EpochExpiredError
 
                 raise EpochExpiredError(epoch=epoch, rule=expiry.rule, expired_at=expiry.expired_at)
+            if pipeline not in (None, commit.pipeline):
+                raise UsageError(
+                    f"epoch {epoch} is a COMMIT cut of pipeline {commit.pipeline!r}, "
+                    f"not of {pipeline!r}"
+                )
         tag = catalog.create_tag(
             name, epoch=commit.epoch, versions=dict(commit.versions), pipeline=commit.pipeline
         )
@@ -69,10 +92,14 @@ def list_(
     format: Annotated[
         TableOrJson, typer.Option("--format", case_sensitive=False)
     ] = TableOrJson.TABLE,
+    pipeline: PipelineName = None,
 ) -> None:
-    """Every tag: name, epoch, versions."""
+    """Every tag (or a pipeline's): name, epoch, versions."""
+    from etl.report import check_pipeline
+
     with open_catalog(warehouse, catalog_url) as catalog:
-        tags = catalog.list_tags()
+        check_pipeline(catalog, pipeline)
+        tags = [t for t in catalog.list_tags() if pipeline in (None, t.pipeline)]
     records = [_tag_record(t) for t in tags]
     if format is TableOrJson.JSON:
         print_json(records)

@@ -261,6 +261,9 @@ def test_a_pipeline_cannot_register_names_another_pipeline_owns(catalog):
     for words in ("'team_a'", "'team_b'", "'ingest'", "'files'", "Rename", "retire pipeline"):
         assert words in str(error)
     assert (catalog.list_pipelines(), catalog.list_tables(), catalog.list_jobs()) == before
+    specs = ([TableSpec("b_words", "/w/b_words", kind="root")], [JobSpec("ingest", "b_words")])
+    with pytest.raises(NameOwnedError):  # the same refusal, read-only, before anything runs
+        catalog.check_registration("team_b", *specs)
     # Renamed, it registers; registering it again changes nothing.
     _team(catalog, "team_b", "b_words", job="ingest_b", source="files_b")
     _team(catalog, "team_b", "b_words", job="ingest_b", source="files_b")
@@ -304,6 +307,10 @@ def test_a_table_of_another_pipeline_is_no_input(catalog):
             ],
         )
     assert "DeltaTableSource" in str(raised.value)
+    with pytest.raises(PipelineMismatchError):
+        catalog.check_registration(
+            "team_b", [TableSpec("b", "/w/b")], [JobSpec("join", "b", inputs=("a_words",))]
+        )
     assert (raised.value.table, raised.value.table_pipeline) == ("a_words", "team_a")
     assert [t.name for t in catalog.list_tables()] == ["a_words"]
     assert [p.name for p in catalog.list_pipelines()] == [PIPELINE_DEFAULT, "team_a"]
