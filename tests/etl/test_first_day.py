@@ -4,13 +4,16 @@ checked cheaply (no Spark)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
+import sys
 import tomllib
 
 import pyarrow as pa
 import pytest
 import typer
+from deltalake import write_deltalake
 
 from catalog import (
     CatalogUnavailableError,
@@ -154,7 +157,13 @@ def test_status_says_a_dead_runs_jobs_are_taken_over_at_once(tmp_path):
 
 
 def test_the_tour_leaves_nothing_untracked_and_the_docs_keep_results():
-    tour_outputs = ["incoming/a.txt", "demo-warehouse/_catalog.sqlite", "cut.json", "warehouse/x"]
+    tour_outputs = [
+        "incoming/a.txt",
+        "demo-warehouse/_catalog.sqlite",
+        "cut.json",
+        "cut.sql",
+        "warehouse/x",
+    ]
     ignored = subprocess.run(
         ["git", "check-ignore", *tour_outputs], cwd=REPO, capture_output=True, text=True
     )
@@ -163,3 +172,41 @@ def test_the_tour_leaves_nothing_untracked_and_the_docs_keep_results():
     assert "jupyter execute --inplace notebooks/explore.ipynb" in readme
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert isinstance(project["license"], str)  # SPDX: setuptools warns about a table
+
+
+def test_snapshot_as_a_duckdb_script_reads_the_cut_offline(tmp_path):
+    warehouse = tmp_path / "warehouse"
+    location = warehouse / "facts"
+    catalog = load_catalog(None, warehouse=warehouse)
+    catalog.register_table(TableSpec("facts", str(location), kind="root"))
+    catalog.register_job(JobSpec("ingest", output="facts", source="feed"))
+    lease = catalog.acquire_lease("ingest", "test", ttl_seconds=60)
+    for version in range(3):
+        epoch = catalog.open_epoch().id
+        write_deltalake(location, pa.table({"id": [epoch]}), mode="append")
+        catalog.seal("ingest", lease.generation, [SealRequest("facts", epoch, version, rows=1)])
+    catalog.close()
+    made = etl(
+        "snapshot", "facts", "--as-of-epoch", "2", "--format", "duckdb",
+        "--warehouse", warehouse, cwd=tmp_path,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert "INSTALL" not in made.stdout  # nothing to download
+    # another process, knowing nothing of Delta Barrier, with no network extension cache
+    read = subprocess.run(
+        [sys.executable, "-c", READ_SCRIPT, made.stdout],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.split() == ["1", "2"]
+
+
+READ_SCRIPT = """
+import sys, duckdb
+con = duckdb.connect()
+con.execute(sys.argv[1])
+for (value,) in con.sql("SELECT id FROM facts ORDER BY id").fetchall():
+    print(value)
+"""
