@@ -44,7 +44,7 @@ from etl.delta.merge import (
     merge_files,
     require_unique_keys,
 )
-from etl.delta.read import read_arrow, read_epochs, read_pandas, read_table, scan
+from etl.delta.read import epoch_rows, read_arrow, read_epochs, read_pandas, read_table, scan
 from etl.delta.write import (
     SMALL_OUTPUT_ROWS,
     CommitMode,
@@ -80,6 +80,7 @@ __all__ = [
     "log_commits",
     "merge_files",
     "open_table",
+    "epoch_rows",
     "read_arrow",
     "read_epochs",
     "read_pandas",

@@ -309,6 +309,15 @@ def arrow_rows(
         raise DeltaIOError(table=location, operation="read_arrow", reason=str(exc)) from exc
 
 
+def epoch_rows(location: str, *, version: int, epoch: int) -> int:
+    """How many rows with ``_epoch = epoch`` the table holds at ``version`` (deletion vectors
+    applied): what a batch ending at ``epoch`` wrote there, as its seal records it. Reads
+    only the ``_epoch`` column of the files whose statistics may hold the epoch."""
+    return read_arrow(
+        location, version=version, columns=[EPOCH_COLUMN], filter_epochs=(epoch, epoch)
+    ).num_rows
+
+
 def read_pandas(
     location: str,
     *,
@@ -326,6 +335,7 @@ __all__ = [
     "FILE_PATH_COLUMN",
     "ROW_INDEX_COLUMN",
     "arrow_rows",
+    "epoch_rows",
     "read_arrow",
     "read_epochs",
     "read_pandas",

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from catalog import Catalog, CommitManifest, EpochState, Lease, SealRequest
 from consistency import EpochBatch
-from etl.delta import EPOCH_COLUMN, estimated_bytes, read_epochs, read_table
+from etl.delta import EPOCH_COLUMN, epoch_rows, estimated_bytes, read_epochs, read_table
 from etl.engine.audit import audit
 from etl.engine.commit import (
     BatchWrite,
@@ -289,21 +289,26 @@ class EpochEngine:
             version = written.versions.get(table)
             if version is None:
                 version = current_version(self.catalog, table)
+            # A batch counts the rows it commits; recovery seals what an earlier run
+            # committed, so it counts them in the table.
+            rows = (
+                epoch_rows(writer.location(table), version=version, epoch=batch.last)
+                if writer.resumed
+                else written.rows_of(table)
+            )
             state = self.catalog.table_epoch(table, batch.last)
             if state is not None and state.state is EpochState.ROLLED_BACK:
                 # An earlier attempt was undone and this one committed nothing to the table
                 # (a side output without rows this time): WRITTEN may not follow
                 # ROLLED_BACK, the table records this attempt first.
-                written = writer.record(
-                    written, table=table, version=version, rows=written.rows_of(table)
-                )
+                written = writer.record(written, table=table, version=version, rows=rows)
             requests.append(
                 SealRequest(
                     table=table,
                     epoch=batch.last,
                     delta_version=version,
                     attempt=writer.attempt,
-                    rows=written.rows_of(table),
+                    rows=rows,
                     first_epoch=batch.first,
                 )
             )

@@ -34,7 +34,7 @@ from catalog import (
     SealRequest,
 )
 from consistency import META_JOB, META_ROLLBACK_OF, EpochBatch
-from etl.delta import Fence, claim_table, restore_table, table_version
+from etl.delta import Fence, claim_table, epoch_rows, restore_table, table_version
 from etl.engine.commit import BatchWrite
 from etl.errors import UsageError
 
@@ -132,16 +132,19 @@ def _seal(
     lease: Lease,
     *,
     versions: dict[str, int],
-    rows: dict[str, int],
     attempt: int,
 ) -> CommitManifest | None:
+    """Seal the epoch at ``versions``, with the rows each table holds there: what a
+    resolution seals is counted in the table, whatever was recorded before it."""
     requests = [
         SealRequest(
             table=table,
             epoch=blocked.epoch,
             delta_version=versions[table],
             attempt=attempt,
-            rows=rows.get(table, 0),
+            rows=epoch_rows(
+                catalog.get_table(table).location, version=versions[table], epoch=blocked.epoch
+            ),
             first_epoch=blocked.first_epoch,
         )
         for table in blocked.tables
@@ -157,7 +160,6 @@ def accept(
     _claim(catalog, blocked, lease)
     states = catalog.states_at(blocked.tables, blocked.epoch)
     versions: dict[str, int] = {}
-    rows: dict[str, int] = {}
     for table in blocked.tables:
         state = states.get(table)
         if (
@@ -166,13 +168,12 @@ def accept(
             and state.delta_version is not None
         ):
             versions[table] = state.delta_version
-            rows[table] = state.rows or 0
         else:
             versions[table] = _version(catalog, table)
     resolution = catalog.record_resolution(
         blocked.table, blocked.epoch, action=ResolutionAction.ACCEPT, actor=actor, reason=reason
     )
-    commit = _seal(catalog, blocked, lease, versions=versions, rows=rows, attempt=blocked.attempt)
+    commit = _seal(catalog, blocked, lease, versions=versions, attempt=blocked.attempt)
     return ResolveResult(resolution, versions, commit)
 
 
@@ -217,7 +218,7 @@ def skip(
             generation=lease.generation,
             rows=0,
         )
-    commit = _seal(catalog, blocked, lease, versions=versions, rows={}, attempt=attempt)
+    commit = _seal(catalog, blocked, lease, versions=versions, attempt=attempt)
     return ResolveResult(resolution, versions, commit)
 
 
@@ -298,7 +299,6 @@ def quarantine(
         blocked,
         lease,
         versions=versions,
-        rows=dict(written.rows),
         attempt=blocked.attempt,
     )
     return ResolveResult(resolution, versions, commit, quarantined=verdict.quarantined)
