@@ -62,18 +62,22 @@ def recover(
     First every table of the job is claimed for ``lease``'s generation (its fence), so no
     earlier runner of the job can change it any more; only then is the log read and the
     plan made. A plan is executed only against the log version it was made from: if the
-    table moved on meanwhile (maintenance committed), recovery plans again.
+    table moved on meanwhile (maintenance committed), or a table that did not exist when
+    it was claimed appeared (an earlier runner created it late: UnclaimedTableError),
+    recovery claims and plans again.
     """
     fence = Fence(job.name, lease.generation)
-    for table in engine.pipeline.tables_of(job):
-        claim_table(engine.catalog.get_table(table).location, fence=fence)
-    maybe_crash("after_claim", job=job.name, epoch=0)
-    for _ in range(_PLANNING_ROUNDS - 1):
+    rounds_left = _PLANNING_ROUNDS
+    while True:
+        for table in engine.pipeline.tables_of(job):
+            claim_table(engine.catalog.get_table(table).location, fence=fence)
+        maybe_crash("after_claim", job=job.name, epoch=0)
         try:
             return _recover(engine, job, lease, check_lease)
         except CommitConflictError:
-            continue
-    return _recover(engine, job, lease, check_lease)
+            rounds_left -= 1
+            if not rounds_left:
+                raise
 
 
 def needs_recovery(catalog: Catalog, pipeline: Pipeline, job: Job) -> bool:
