@@ -64,12 +64,23 @@ class EpochNotReadableError(ConsistencyError):
     """A table cannot be read at the requested epoch (time travel with ``as_of_epoch``)."""
 
     def __init__(
-        self, table: str, epoch: int, state: str | None, *, coalesced_into: int | None = None
+        self,
+        table: str,
+        epoch: int,
+        state: str | None,
+        *,
+        coalesced_into: int | None = None,
+        readable_before: int | None = None,
+        readable_after: int | None = None,
     ):
         self.table = table
         self.epoch = epoch
         self.state = state
         self.coalesced_into = coalesced_into
+        self.readable_before = readable_before
+        """The newest readable epoch before ``epoch`` of the requested tables, if any."""
+        self.readable_after = readable_after
+        """A readable epoch after it (the one it was coalesced into), if any."""
         if state == "COALESCED":
             into = f" into epoch {coalesced_into}" if coalesced_into is not None else ""
             why = (
@@ -86,10 +97,17 @@ class EpochNotReadableError(ConsistencyError):
             )
         else:
             why = f"it is {state}, not WRITTEN"
-        super().__init__(
-            f"table {table!r} cannot be read as of epoch {epoch}: {why}; "
-            "choose an epoch that every requested table has WRITTEN"
+        nearest = [
+            f"{which} epoch {found}"
+            for which, found in (("the earlier", readable_before), ("the later", readable_after))
+            if found is not None
+        ]
+        advice = (
+            f"the nearest readable: {' and '.join(nearest)}"
+            if nearest
+            else "choose an epoch that every requested table has WRITTEN"
         )
+        super().__init__(f"table {table!r} cannot be read as of epoch {epoch}: {why}; {advice}")
 
 
 class NoEpochAtTimeError(ConsistencyError):

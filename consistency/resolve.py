@@ -288,17 +288,57 @@ def _repeatable_read(
     )
 
 
+def _readable(history: EpochHistory, names: tuple[str, ...], epoch: int) -> bool:
+    """Whether every table has ``epoch`` WRITTEN and it has not expired."""
+    states = history.states_at(names, epoch)
+    if any(t not in states or states[t].state != EpochState.WRITTEN for t in names):
+        return False
+    try:
+        _check_not_expired(history, epoch)
+    except EpochExpiredError:
+        return False
+    return True
+
+
+def _readable_before(
+    history: EpochHistory, names: tuple[str, ...], epoch: int, *, tries: int = 20
+) -> int | None:
+    """The newest epoch before ``epoch`` that every table has WRITTEN and that has not
+    expired (looking past at most ``tries`` expired ones), or None."""
+    below = epoch - 1
+    for _ in range(tries):
+        if below < 1:
+            return None
+        try:
+            found = _repeatable_read(history, names, at_or_before=below).epoch
+        except NoCommonEpochError:
+            return None
+        assert found is not None
+        try:
+            _check_not_expired(history, found)
+        except EpochExpiredError:
+            below = found - 1
+            continue
+        return found
+    return None
+
+
 def _at_epoch(history: EpochHistory, names: tuple[str, ...], epoch: int) -> Snapshot:
     barrier_ts = history.get_epoch(epoch).barrier_ts
     states = history.states_at(names, epoch)
     for table in names:
         row = states.get(table)
         if row is None or row.state != EpochState.WRITTEN:
+            into = row.coalesced_into if row is not None else None
             raise EpochNotReadableError(
                 table,
                 epoch,
                 str(row.state) if row is not None else None,
-                coalesced_into=row.coalesced_into if row is not None else None,
+                coalesced_into=into,
+                readable_before=_readable_before(history, names, epoch),
+                readable_after=(
+                    into if into is not None and _readable(history, names, into) else None
+                ),
             )
     return Snapshot(
         level=Level.REPEATABLE_READ,

@@ -227,6 +227,19 @@ def test_as_of_epoch_refuses_an_epoch_a_table_cannot_be_read_at(tables, epoch, t
     assert words in str(error)
 
 
+def test_an_unreadable_epoch_names_the_nearest_readable_ones():
+    with pytest.raises(EpochNotReadableError) as coalesced:
+        resolve_snapshot(chain(), ["raw", "cleaned"], as_of_epoch=3)
+    assert (coalesced.value.readable_before, coalesced.value.readable_after) == (1, 4)
+    assert "the nearest readable: the earlier epoch 1 and the later epoch 4" in str(coalesced.value)
+    with pytest.raises(EpochNotReadableError) as processed:
+        resolve_snapshot(chain(), ["raw", "cleaned"], as_of_epoch=5)
+    assert (processed.value.readable_before, processed.value.readable_after) == (4, None)
+    with pytest.raises(EpochNotReadableError) as first:
+        resolve_snapshot(make_history(2, {"raw": {1: C, 2: W}}), ["raw"], as_of_epoch=1)
+    assert (first.value.readable_before, first.value.readable_after) == (None, 2)
+
+
 def test_as_of_epoch_not_issued_raises_the_catalog_error():
     with pytest.raises(UnknownEpochError):
         resolve_snapshot(chain(), ["raw"], as_of_epoch=99)
