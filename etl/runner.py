@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from pyspark.sql import SparkSession
@@ -480,8 +480,8 @@ class Runner:
             failure = self._record_failure(job, epoch, exc, attempt)
             stopped.add(job.name)
             if self.retry.spent(count) or (stop is not None and stop.is_set()):
-                if self.retry.retries and self.retry.spent(count):
-                    failure = dataclasses.replace(failure, retries_spent=True)
+                if self.retry.spent(count) and (epoch_interval is not None or self.retry.retries):
+                    failure = replace(failure, retries_spent=True)
                     giving_up = True
                 failures.append(failure)
                 return
@@ -561,9 +561,6 @@ class Runner:
                     draining = True  # re-plan what waits: every pending epoch in one batch
                     dirty |= set(ready)
                     retry_at.clear()  # a stopping run retries nothing more
-                if giving_up:
-                    retry_at.clear()
-                    ready.clear()
                 retry_due(time.monotonic())
                 busy = {job.name for job, _, _ in running.values()}
                 for job in jobs:
@@ -577,6 +574,9 @@ class Runner:
                         ready[job.name] = batches[0]
                     else:
                         ready.pop(job.name, None)
+                if giving_up:  # finish what runs, start nothing
+                    retry_at.clear()
+                    ready.clear()
                 now = time.monotonic()
                 holding = len(holding_slots(now))
                 for name in admission_order(ready, lineage):

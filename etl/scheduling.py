@@ -4,6 +4,7 @@ defaults of its leases (no Spark here: the command line reads them before any JV
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Literal
 
 BacklogThreshold = int | None | Literal["auto"]
@@ -37,6 +38,56 @@ DEFAULT_SLOW_BATCH_SECONDS = 5.0
 it keeps its thread, and the other jobs are not held back behind it."""
 
 
+DEFAULT_RETRIES = 4
+"""A continuous run tries a failed batch again up to four times (five attempts in all)."""
+
+DEFAULT_RETRY_BACKOFF_SECONDS = 1.0
+"""The wait before the first retry; it doubles with every failed attempt..."""
+
+MAX_RETRY_BACKOFF_SECONDS = 60.0
+"""...up to this."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a run retries a job whose batch failed: after ``backoff_seconds``, doubling with
+    every failed attempt up to ``max_backoff_seconds``, ``retries`` times; then the job's
+    retries are spent and the run ends (exit 1, so that a supervisor restarts it), unless
+    ``keep_going``: then the job is retried at the capped backoff until the run stops.
+    A success resets the count. Every failed attempt stays on record in the catalog."""
+
+    retries: int = DEFAULT_RETRIES
+    backoff_seconds: float = DEFAULT_RETRY_BACKOFF_SECONDS
+    max_backoff_seconds: float = MAX_RETRY_BACKOFF_SECONDS
+    keep_going: bool = False
+
+    def __post_init__(self) -> None:
+        if self.retries < 0 or self.backoff_seconds < 0 or self.max_backoff_seconds < 0:
+            raise ValueError(f"{self!r}: retries and backoffs cannot be negative")
+
+    def delay(self, failed: int) -> float:
+        """Seconds to wait before the next attempt, after ``failed`` failed attempts in a row."""
+        return min(self.backoff_seconds * 2 ** max(0, failed - 1), self.max_backoff_seconds)
+
+    def spent(self, failed: int) -> bool:
+        """Whether ``failed`` failed attempts in a row leave no retry."""
+        return not self.keep_going and failed > self.retries
+
+
+NO_RETRIES = RetryPolicy(retries=0)
+"""A run that tries a batch once (``etl run --once`` unless ``--retries`` is given)."""
+
+
+def retry_policy_for(
+    retries: int | None, *, backoff_seconds: float, keep_going: bool, continuous: bool
+) -> RetryPolicy:
+    """The policy of a run: ``retries`` (default: :data:`DEFAULT_RETRIES` for a continuous
+    run, none for a run once)."""
+    if retries is None:
+        retries = DEFAULT_RETRIES if continuous else 0
+    return RetryPolicy(retries=retries, backoff_seconds=backoff_seconds, keep_going=keep_going)
+
+
 def default_parallel_batches() -> int:
     """The cores this process may use (at least 1), the default ``max_parallel_jobs``: a
     small batch's cost is driver CPU, so more batches at once only stretch each other."""
@@ -51,7 +102,13 @@ __all__ = [
     "BacklogThreshold",
     "CONTINUOUS_BACKLOG_THRESHOLD",
     "DEFAULT_LEASE_TTL_SECONDS",
+    "DEFAULT_RETRIES",
+    "DEFAULT_RETRY_BACKOFF_SECONDS",
     "DEFAULT_SLOW_BATCH_SECONDS",
+    "MAX_RETRY_BACKOFF_SECONDS",
+    "NO_RETRIES",
+    "RetryPolicy",
     "backlog_threshold_for",
     "default_parallel_batches",
+    "retry_policy_for",
 ]

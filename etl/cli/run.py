@@ -34,7 +34,11 @@ from etl.scheduling import (
     BATCH_BACKLOG_THRESHOLD,
     CONTINUOUS_BACKLOG_THRESHOLD,
     DEFAULT_LEASE_TTL_SECONDS,
+    DEFAULT_RETRIES,
+    DEFAULT_RETRY_BACKOFF_SECONDS,
     DEFAULT_SLOW_BATCH_SECONDS,
+    MAX_RETRY_BACKOFF_SECONDS,
+    retry_policy_for,
 )
 
 if TYPE_CHECKING:
@@ -112,6 +116,32 @@ def run(
             min=1.0,
         ),
     ] = DEFAULT_LEASE_TTL_SECONDS,
+    retries: Annotated[
+        int | None,
+        typer.Option(
+            help="Times a failed batch is tried again before the run gives up and exits 1 "
+            f"(default: {DEFAULT_RETRIES} with --continuous, 0 with --once). The job is "
+            "recovered before each retry; every failed attempt stays on record.",
+            min=0,
+        ),
+    ] = None,
+    retry_backoff: Annotated[
+        float,
+        typer.Option(
+            help="Seconds before the first retry; doubled after every failed attempt, up to "
+            f"{MAX_RETRY_BACKOFF_SECONDS:.0f} s.",
+            min=0.0,
+        ),
+    ] = DEFAULT_RETRY_BACKOFF_SECONDS,
+    keep_going: Annotated[
+        bool,
+        typer.Option(
+            "--keep-going",
+            help="Never give up: retry a failing job at the longest backoff until the run "
+            "is stopped (the other jobs go on), instead of exiting 1 once its retries are "
+            "spent.",
+        ),
+    ] = False,
     format: Annotated[
         TableOrJson,
         typer.Option(
@@ -124,9 +154,10 @@ def run(
 ) -> None:
     """Run a pipeline: once (for cron or Airflow) or continuously.
 
-    Exit codes: 0 done, 1 a job failed, 2 usage error, 3 another run holds the pipeline,
-    4 an epoch is blocked by a quality gate (`etl status` says how to resolve it),
-    130/143 a second Ctrl-C/SIGTERM stopped it at once (the next run recovers).
+    Exit codes: 0 done, 1 a job failed (with --continuous: its retries are spent), 2
+    usage error or an invalid pipeline file (`etl validate`), 3 another run holds the
+    pipeline, 4 an epoch is blocked by a quality gate (`etl status` says how to resolve
+    it), 130/143 a second Ctrl-C/SIGTERM stopped it at once (the next run recovers).
 
     Example: etl run examples/wordcount/pipeline.py --once --param input_dir=./incoming
     """
@@ -170,6 +201,9 @@ def run(
         max_parallel_jobs=max_parallel,
         slow_batch_seconds=slow_batch_seconds,
         on_batch=progress,
+        retry=retry_policy_for(
+            retries, backoff_seconds=retry_backoff, keep_going=keep_going, continuous=continuous
+        ),
     )
     # After Spark starts: its SparkContext installs a SIGINT handler of its own (cancel
     # all jobs). Until here, Ctrl-C or SIGTERM exits having written nothing.
@@ -379,8 +413,15 @@ def _report(result, runner, *, fmt: str, maintenance=None, invocation: str = "")
                 f"[yellow]blocked:[/] job {step.job} epoch {epoch} (still failing its gate). "
                 + escape(_resolve_commands(step.table, epoch, invocation))
             )
+    for failure in result.retried:
+        err.print("[yellow]failed, then retried successfully:[/] " + escape(failure.error))
     for failure in result.failures:
-        err.print("[bold red]failed:[/] " + escape(failure.error))
+        spent = (
+            " (retries spent: the run exits 1 so that its supervisor restarts it)"
+            if failure.retries_spent
+            else ""
+        )
+        err.print("[bold red]failed:[/] " + escape(failure.error + spent))
     if maintenance is not None:
         err.print(escape(maintenance.summary()))
 
@@ -445,8 +486,13 @@ def _result_json(result, pipeline, pipeline_name: str, undeclared: Undeclared) -
                 "attempt": f.attempt,
                 "error_class": f.error_class,
                 "message": f.error,
+                "retries_spent": f.retries_spent,
             }
             for f in result.failures
+        ],
+        "retried": [
+            {"job": f.job, "epoch": f.epoch, "attempt": f.attempt, "message": f.error}
+            for f in result.retried
         ],
         "undeclared_jobs": list(undeclared.jobs),
         "undeclared_tables": list(undeclared.tables),
