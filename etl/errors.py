@@ -17,6 +17,7 @@ __all__ = [
     "DeltaBarrierError",
     "DeltaIOError",
     "DeletionVectorFormatError",
+    "FilesRemovedError",
     "DuplicateMergeKeyError",
     "EtlError",
     "ExpectationError",
@@ -83,6 +84,40 @@ class DeltaIOError(EtlError):
         self.operation = operation
         self.reason = reason
         super().__init__(f"{operation} of Delta table {table!r} failed: {reason}")
+
+
+class FilesRemovedError(DeltaIOError):
+    """Files a version of a table needs are gone from storage: removed outside Delta
+    Barrier's retention (another tool's VACUUM with a short retention, or by hand), so
+    that version can no longer be read. ``still_readable`` says what can (a reader fills
+    it in: the latest cut, the nearest intact one)."""
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        version: int,
+        missing: Sequence[str],
+        epoch: int | None = None,
+        still_readable: str | None = None,
+    ):
+        self.version = version
+        self.missing = tuple(missing)
+        self.epoch = epoch
+        self.still_readable = still_readable
+        at = f"Delta version {version}" + (f" (epoch {epoch})" if epoch is not None else "")
+        example = self.missing[0] if self.missing else "?"
+        reason = (
+            f"the files of table {table!r} at {at} are gone: {len(self.missing)} file(s) it "
+            f"needs (e.g. {example}) were removed outside Delta Barrier's retention, e.g. by "
+            "another tool's VACUUM with a short retention (Delta Barrier's own maintenance "
+            "never removes a file a kept cut needs); that cut cannot be read any more"
+            + (f". Still readable: {still_readable}" if still_readable else "")
+        )
+        self.table = table
+        self.operation = "read"
+        self.reason = reason
+        EtlError.__init__(self, reason)
 
 
 class DeletionVectorFormatError(EtlError):

@@ -21,11 +21,12 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.scope import build_scope
 
-from catalog import Catalog, CatalogReadOnlyError, UnknownTableError, as_utc
+from catalog import Catalog, CatalogReadOnlyError, DeltaBarrierError, UnknownTableError, as_utc
 from consistency import Level, Snapshot, parse_level, resolve_snapshot
 from etl.delta import read_arrow, read_table, table_version
 from etl.delta.maintenance import same_rows_version
-from etl.errors import SqlTablesError, UsageError
+from etl.delta.read import missing_files
+from etl.errors import FilesRemovedError, SqlTablesError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -424,7 +425,63 @@ class SnapshotReader:
             from pyspark.sql.types import StructType
 
             return session.createDataFrame([], StructType.fromJson(self._schema(name)))
-        return read_table(session, location, version=version)
+        try:
+            return read_table(session, location, version=version)
+        except FilesRemovedError as exc:
+            raise self._files_removed(name, exc.version, exc.missing) from exc
+
+    # -- a cut whose files were removed outside Delta Barrier ----------------------------
+
+    def _check_files(self) -> None:
+        """Raise FilesRemovedError (naming the table, version, epoch and what still reads)
+        if files of a table at its read version are gone from storage."""
+        for name, location in self._locations.items():
+            version = self.read_version(name)
+            if version is not None and (missing := missing_files(location, version)):
+                raise self._files_removed(name, version, missing)
+
+    def _files_removed(self, name: str, version: int, missing: Sequence[str]) -> FilesRemovedError:
+        return FilesRemovedError(
+            table=name,
+            version=version,
+            missing=missing,
+            epoch=self.snapshot.epochs.get(name),
+            still_readable=self._intact_cuts(),
+        )
+
+    def _intact_cuts(self, *, tries: int = 10) -> str | None:
+        """What of this snapshot's tables still reads: the nearest later epoch whose files
+        are all there (of the next ``tries``), and the latest cut at this level."""
+        names = list(self._locations)
+
+        def intact(cut: Snapshot) -> bool:
+            return all(
+                v is None or not missing_files(self._locations[t], v)
+                for t, v in cut.versions.items()
+            )
+
+        def resolved(**kwargs: Any) -> Snapshot | None:
+            try:
+                return snapshot(self.catalog, names, pin=False, **kwargs).snapshot
+            except DeltaBarrierError:
+                return None
+
+        found = []
+        latest = resolved(level=self.level)
+        if self.epoch is not None:
+            last = latest.epoch if latest is not None and latest.epoch else self.epoch + tries
+            for epoch in range(self.epoch + 1, min(last, self.epoch + tries + 1)):
+                cut = resolved(as_of_epoch=epoch)
+                if cut is not None and intact(cut):
+                    found.append(f"epoch {epoch}, the nearest intact cut after it")
+                    break
+        if latest is not None and latest.versions != self.snapshot.versions and intact(latest):
+            at = f" (epoch {latest.epoch})" if latest.epoch is not None else ""
+            found.append(
+                f"the latest {self.level.value} cut{at}, read without --as-of-epoch, "
+                "--as-of-time or --as-of-tag"
+            )
+        return "; ".join(found) or None
 
     def _schema(self, name: str) -> dict:
         schema_json = self.catalog.get_table(name).schema_json
@@ -453,7 +510,14 @@ class SnapshotReader:
         snapshot's Delta version (through DuckDB's Delta extension). Closed with the
         snapshot; session time zone UTC, as in Spark. Its views are its own (temporary);
         it shares the process's in-memory DuckDB database, where the extension is loaded
-        once."""
+        once. Files of the cut removed outside Delta Barrier (another tool's VACUUM) raise
+        FilesRemovedError here, not at a query's first read."""
+        self._check_open()
+        self._check_files()
+        return self._duckdb_views()
+
+    def _duckdb_views(self) -> duckdb.DuckDBPyConnection:
+        """:meth:`duckdb` without checking the files (a failing query checks them)."""
         self._check_open()
         connection = _duckdb_connection()
         self._connections.append(connection)
@@ -497,7 +561,7 @@ class SnapshotReader:
         import duckdb
 
         attached_before = len(self._attached)
-        connection = self.duckdb()
+        connection = self._duckdb_views()
         try:
             text = parsed.for_duckdb(self._spark_types(self._names_in(parsed)))
             if limit is not None:
@@ -506,6 +570,8 @@ class SnapshotReader:
                 result = connection.execute(text).fetch_arrow_table()
                 return result.rename_columns(parsed.column_names(result.column_names))
             except duckdb.Error as exc:
+                if isinstance(exc, duckdb.IOException):
+                    self._check_files()
                 problem = _plain(str(exc)).strip().splitlines()[0]
                 raise UsageError(f"DuckDB cannot run the query: {problem}") from None
         finally:
@@ -541,7 +607,10 @@ class SnapshotReader:
             if columns is not None:
                 schema = pa.schema([schema.field(c) for c in columns])
             return schema.empty_table()
-        return read_arrow(location, version=version, columns=columns)
+        try:
+            return read_arrow(location, version=version, columns=columns)
+        except FilesRemovedError as exc:
+            raise self._files_removed(name, exc.version, exc.missing) from exc
 
     def polars(self, name: str, *, columns: Sequence[str] | None = None) -> pl.DataFrame:
         """The table as a Polars DataFrame at the snapshot's version, without Spark."""

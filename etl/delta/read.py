@@ -37,7 +37,7 @@ from etl.delta.log import (
     has_deletion_vectors,
     open_table,
 )
-from etl.errors import DeltaIOError
+from etl.errors import DeltaIOError, FilesRemovedError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -230,7 +230,13 @@ def read_table(spark: SparkSession, location: str, *, version: int | None = None
     location = normalize_location(location)
     table = open_table(location, version=version)
     check_supported(table, location)
-    return scan(spark, location, table, active_files(table))
+    try:
+        return scan(spark, location, table, active_files(table))
+    except DeltaIOError as exc:
+        removed = _files_removed(table, location)
+        if removed is None:
+            raise
+        raise removed from exc
 
 
 def read_epochs(
@@ -272,7 +278,36 @@ def read_arrow(
     location = normalize_location(location)
     table = open_table(location, version=version)
     check_supported(table, location)
-    return arrow_rows(table, location, columns=columns, filter_epochs=filter_epochs)
+    try:
+        return arrow_rows(table, location, columns=columns, filter_epochs=filter_epochs)
+    except DeltaIOError as exc:
+        removed = _files_removed(table, location)
+        if removed is None:
+            raise
+        raise removed from exc
+
+
+def missing_files(location: str, version: int) -> list[str]:
+    """The data files of the table at ``version`` that are no longer on storage (a local
+    file system's; elsewhere none are reported), e.g. removed by another tool's VACUUM."""
+    location = normalize_location(location)
+    if has_scheme(location):
+        return []
+    table = open_table(location, version=version)
+    return [
+        path
+        for file in active_files(table)
+        if not os.path.exists(path := absolute_path(location, file.path))
+    ]
+
+
+def _files_removed(table: DeltaTable, location: str) -> FilesRemovedError | None:
+    """FilesRemovedError when a read of ``table`` failed because files of its version
+    are gone; None when they are all there (the failure was something else)."""
+    missing = missing_files(location, table.version())
+    if not missing:
+        return None
+    return FilesRemovedError(table=location, version=table.version(), missing=missing)
 
 
 def arrow_rows(
@@ -336,6 +371,7 @@ __all__ = [
     "ROW_INDEX_COLUMN",
     "arrow_rows",
     "epoch_rows",
+    "missing_files",
     "read_arrow",
     "read_epochs",
     "read_pandas",
