@@ -49,7 +49,6 @@ from etl.retention.gate import BatchGate
 from etl.scheduling import (
     DEFAULT_LEASE_TTL_SECONDS,
     DEFAULT_SLOW_BATCH_SECONDS,
-    NO_RETRIES,
     BacklogThreshold,
     RetryPolicy,
     backlog_threshold_for,
@@ -181,7 +180,7 @@ class Runner:
         max_parallel_jobs: int | None = None,
         slow_batch_seconds: float = DEFAULT_SLOW_BATCH_SECONDS,
         on_batch: ProgressCallback | None = None,
-        retry: RetryPolicy = NO_RETRIES,
+        retry: RetryPolicy | None = None,
     ) -> None:
         for name, value in (
             ("max_parallel_jobs", max_parallel_jobs),
@@ -471,7 +470,8 @@ class Runner:
 
         def job_failed(job: Job, batch: EpochBatch | None, exc: BaseException) -> None:
             """Record the failure; retry the job after a backoff, or stop it once its
-            retries are spent (and the run with it, unless the policy keeps going)."""
+            retries are spent (and the run with it, unless the policy keeps going). Without
+            a policy the job stops and the other jobs go on."""
             nonlocal giving_up
             failed_in_a_row[job.name] += 1
             count = failed_in_a_row[job.name]
@@ -479,13 +479,14 @@ class Runner:
             attempt = self.engine.attempt_of(job, batch) if batch is not None else None
             failure = self._record_failure(job, epoch, exc, attempt)
             stopped.add(job.name)
-            if self.retry.spent(count) or (stop is not None and stop.is_set()):
-                if self.retry.spent(count) and (epoch_interval is not None or self.retry.retries):
+            policy = self.retry
+            if policy is None or policy.spent(count) or (stop is not None and stop.is_set()):
+                if policy is not None and policy.spent(count):
                     failure = replace(failure, retries_spent=True)
                     giving_up = True
                 failures.append(failure)
                 return
-            delay = self.retry.delay(count)
+            delay = policy.delay(count)
             log.warning(
                 "job %s failed (attempt %d in a row; retrying in %.1f s): %s",
                 job.name,

@@ -74,17 +74,15 @@ class RetryPolicy:
         return not self.keep_going and failed > self.retries
 
 
-NO_RETRIES = RetryPolicy(retries=0)
-"""A run that tries a batch once (``etl run --once`` unless ``--retries`` is given)."""
-
-
 def retry_policy_for(
     retries: int | None, *, backoff_seconds: float, keep_going: bool, continuous: bool
-) -> RetryPolicy:
+) -> RetryPolicy | None:
     """The policy of a run: ``retries`` (default: :data:`DEFAULT_RETRIES` for a continuous
-    run, none for a run once)."""
+    run; a run once without ``retries`` has none: a failed job stops, the others go on)."""
     if retries is None:
-        retries = DEFAULT_RETRIES if continuous else 0
+        if not continuous:
+            return None
+        retries = DEFAULT_RETRIES
     return RetryPolicy(retries=retries, backoff_seconds=backoff_seconds, keep_going=keep_going)
 
 
@@ -106,7 +104,6 @@ __all__ = [
     "DEFAULT_RETRY_BACKOFF_SECONDS",
     "DEFAULT_SLOW_BATCH_SECONDS",
     "MAX_RETRY_BACKOFF_SECONDS",
-    "NO_RETRIES",
     "RetryPolicy",
     "backlog_threshold_for",
     "default_parallel_batches",
