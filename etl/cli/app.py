@@ -301,19 +301,29 @@ def _global(
         os.environ["ETL_SPARK_UI"] = "true"
 
 
+_LIBRARIES = ("py4j", "sqlglot", "urllib3", "kafka", "great_expectations", "sqlalchemy")
+"""Third-party packages whose log lines show only from WARNING on."""
+
+
 def configure_logging(level: str, *, progress: bool = True) -> None:
     """Log lines on stderr at ``level``; third-party chatter stays at WARNING. With
     ``progress``, ``etl run``'s line per batch (see :mod:`etl.cli.progress`) is shown
     even below ``level``."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_ScrubbingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    quiet = max(logging.WARNING, logging.getLevelName(level))
+    # A library may set its own loggers' levels (Great Expectations sets some to INFO):
+    # the handler drops their records below ``quiet`` whatever those levels are.
+    handler.addFilter(
+        lambda record: record.levelno >= quiet or record.name.split(".")[0] not in _LIBRARIES
+    )
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
-    for noisy in ("py4j", "sqlglot", "urllib3", "kafka", "great_expectations", "sqlalchemy"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+    for library in _LIBRARIES:
+        logging.getLogger(library).setLevel(quiet)
     from etl.cli.progress import LOGGER
 
     logging.getLogger(LOGGER).setLevel(logging.INFO if progress else logging.NOTSET)

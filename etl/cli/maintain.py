@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import typer
 
 from etl.cli.app import CatalogUrl, Warehouse, app, guard, open_catalog
-from etl.cli.render import out, rows_table
+from etl.cli.render import echo, out, rows_table
 
 
 @app.command()
@@ -31,6 +31,10 @@ def maintain(
     format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
 ) -> None:
     """Expire epochs by the retention policy, compact, checkpoint, vacuum, trim the logs.
+
+    It says what it removed (with --dry-run: what a run now would remove) and what it held
+    back and why: epochs a pin or tag keeps, files younger than --orphan-age or of a
+    running job, log entries until their checkpoint is 5 minutes old.
 
     Example: etl maintain --dry-run --format json
     """
@@ -88,6 +92,8 @@ def maintain(
             else ""
         )
     )
+    for reason in report.held_back:
+        echo(f"held back: {reason}")
 
 
 __all__ = ["maintain"]

@@ -93,7 +93,8 @@ def referenced_files(location: str, keep_versions: Iterable[int], *, keep_from: 
     A data file's deletion vector file is needed with it: without it the rows it deletes
     would come back (Delta protocol, "Deletion Vectors"). One DV file may serve several
     data files. Loads the table once at the oldest kept version and replays the JSON
-    entries after it.
+    entries after it; the entries before it only name files (``known``): a file no
+    readable entry names is an orphan, which only its age lets go.
     """
     location = normalize_location(location)
     fs, root = filesystem(location)
@@ -108,6 +109,12 @@ def referenced_files(location: str, keep_versions: Iterable[int], *, keep_from: 
         descriptor = file.deletion_vector
         active[file.path] = None if descriptor is None else descriptor.relative_path()
     result.known |= set(active) | {dv for dv in active.values() if dv}
+    # Files that commits before it added or removed are known too: the log says which
+    # versions had them, so they go without waiting for the orphan age.
+    commits, _ = log_versions(fs, root)
+    for version in (v for v in commits if v < first):
+        for _, path, dv in log_entry(fs, root, version).files:
+            result.known |= {p for p in (path, dv) if p}
     pending = set(active) | {dv for dv in active.values() if dv}  # not yet marked needed
     previous_kept = first in kept or first >= keep_from
     if previous_kept:
@@ -177,21 +184,27 @@ def staging_dirs(location: str) -> list[StoredFile]:
     return dirs
 
 
-def log_leftovers(location: str) -> list[StoredFile]:
-    """Temporary files in ``_delta_log`` that a writer killed mid-commit left: ours
+def temporary_leftovers(location: str) -> list[StoredFile]:
+    """Temporary files that a writer killed mid-write left: in ``_delta_log`` ours
     (``.<version>.json.<uuid>.tmp``, :func:`etl.delta.logfile.commit_actions`), delta-rs'
-    (``_commit_<uuid>.json.tmp``) and object_store's staged uploads (``<name>#<n>``). No
-    reader takes them for log entries; only their age tells a dead writer's from a live
-    one's."""
+    (``_commit_<uuid>.json.tmp``) and object_store's staged uploads (``<name>#<n>``); at
+    the table's root a deletion vector file being written
+    (``.deletion_vector_<uuid>.bin.<pid>.tmp``, :func:`etl.delta.dv.write_dv_file`).
+    No reader takes them for table files; only their age tells a dead writer's from a
+    live one's."""
     location = normalize_location(location)
     fs, root = filesystem(location)
     found = []
-    selector = pafs.FileSelector(f"{root}/{LOG_DIR}", allow_not_found=True)
-    for info in fs.get_file_info(selector):
-        name = info.base_name
-        if info.is_file and (name.endswith(".tmp") or "#" in name):
-            mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
-            found.append(StoredFile(f"{LOG_DIR}/{name}", info.size or 0, mtime))
+    for directory, is_leftover in (
+        (LOG_DIR, lambda name: name.endswith(".tmp") or "#" in name),
+        ("", lambda name: name.startswith("." + DV_FILE_PREFIX) and name.endswith(".tmp")),
+    ):
+        where = f"{root}/{directory}" if directory else root
+        for info in fs.get_file_info(pafs.FileSelector(where, allow_not_found=True)):
+            if info.is_file and is_leftover(info.base_name):
+                mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
+                path = f"{directory}/{info.base_name}" if directory else info.base_name
+                found.append(StoredFile(path, info.size or 0, mtime))
     return found
 
 
@@ -342,6 +355,9 @@ class LogUpkeep:
     entries_removed: int
     first_version: int
     """The oldest version still readable."""
+    entries_held: int = 0
+    """Log entries of versions no kept cut needs that stay for now: below the newest
+    checkpoint at or before the oldest kept version only once it is ``grace`` old."""
 
 
 def log_upkeep(
@@ -358,7 +374,9 @@ def log_upkeep(
     ``keep_from_version``, so every version from it on stays readable by any Delta reader;
     the latest checkpoint is written last, so ``_last_checkpoint`` names it. Entries are
     deleted only below a checkpoint that has existed for ``grace``: a reader that listed
-    the log before that checkpoint was written may still be loading an older one.
+    the log before that checkpoint was written may still be loading an older one. A dry
+    run counts exactly what a run now would delete (a checkpoint it would write is new,
+    so it deletes nothing below it yet).
     """
     location = normalize_location(location)
     fs, root = filesystem(location)
@@ -367,38 +385,42 @@ def log_upkeep(
     latest = table.version()
     keep_from = max(0, min(keep_from_version, latest))
     old = [v for v in commits if v < keep_from]
-    old_checkpoints = [v for v in checkpoints if v < keep_from]
-    if dry_run:
-        new_cp = None if latest in checkpoints else latest
-        return LogUpkeep(new_cp, len(old) + len(old_checkpoints), keep_from if old else 0)
-    if old and keep_from not in checkpoints and keep_from != latest:
-        DeltaTable(location, version=keep_from).create_checkpoint()
     checkpointed = None
-    if latest not in checkpoints or old:
-        table.create_checkpoint()
-        checkpointed = latest if latest not in checkpoints else None
-    _, checkpoints = log_versions(fs, root)
+    if not dry_run:
+        if old and keep_from not in checkpoints and keep_from != latest:
+            DeltaTable(location, version=keep_from).create_checkpoint()
+        if latest not in checkpoints or old:
+            table.create_checkpoint()
+            checkpointed = latest if latest not in checkpoints else None
+        _, checkpoints = log_versions(fs, root)
+    elif latest not in checkpoints:
+        checkpointed = latest
     settled = time.time() - grace.total_seconds()
     boundary = max(
         (v for v, mtime in checkpoints.items() if v <= keep_from and mtime <= settled),
         default=None,
     )
-    removed = 0
+    names = _log_entries(fs, root, below=boundary) if boundary is not None else []
+    held = len(_log_entries(fs, root, below=keep_from)) - len(names)
+    if not dry_run:
+        for path in sorted(names):
+            fs.delete_file(path)
+    first = boundary if names and boundary is not None else (commits[0] if commits else 0)
+    return LogUpkeep(checkpointed, len(names), first, entries_held=held)
+
+
+def _log_entries(fs: pafs.FileSystem, root: str, *, below: int) -> list[str]:
+    """Paths of the log's commits, checkpoints and crc files of versions below ``below``."""
     names = []
-    if boundary is not None:
-        for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}")):
-            match = (
-                COMMIT_FILE.match(info.base_name)
-                or CHECKPOINT_FILE.match(info.base_name)
-                or CRC_FILE.match(info.base_name)
-            )
-            if match and int(match.group(1)) < boundary:
-                names.append(info.path)
-    for path in sorted(names):
-        fs.delete_file(path)
-        removed += 1
-    first = boundary if removed and boundary is not None else (commits[0] if commits else 0)
-    return LogUpkeep(checkpointed, removed, first)
+    for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}")):
+        match = (
+            COMMIT_FILE.match(info.base_name)
+            or CHECKPOINT_FILE.match(info.base_name)
+            or CRC_FILE.match(info.base_name)
+        )
+        if match and int(match.group(1)) < below:
+            names.append(info.path)
+    return names
 
 
 def log_size(location: str) -> tuple[int, int]:
@@ -424,7 +446,7 @@ __all__ = [
     "commit_rewrite",
     "delete_paths",
     "discard_rewrite",
-    "log_leftovers",
+    "temporary_leftovers",
     "log_size",
     "log_upkeep",
     "plan_compaction",

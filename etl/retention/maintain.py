@@ -47,13 +47,13 @@ from etl.delta.maintenance import (
     commit_rewrite,
     delete_paths,
     discard_rewrite,
-    log_leftovers,
     log_upkeep,
     plan_compaction,
     referenced_files,
     rewrite_small_files,
     staging_dirs,
     stored_files,
+    temporary_leftovers,
 )
 from etl.delta.write import Fence, claim_table
 from etl.errors import CommitConflictError, DeltaIOError, FencedError
@@ -96,6 +96,8 @@ class TableMaintenance:
     log_entries_removed: int = 0
     first_readable_version: int | None = None
     skipped: list[str] = field(default_factory=list)
+    held_back: list[str] = field(default_factory=list)
+    """What could go but stays for now, and why (a grace period, a running writer)."""
     removed: list[str] = field(default_factory=list)
 
 
@@ -105,6 +107,8 @@ class MaintenanceReport:
     pipelines: list[str]
     epochs_expired: list[int] = field(default_factory=list)
     rules: dict[str, str] = field(default_factory=dict)
+    epochs_held: dict[int, str] = field(default_factory=dict)
+    """Epochs the policy lets go that a pin or a tag keeps, and which."""
     tables: list[TableMaintenance] = field(default_factory=list)
 
     @property
@@ -130,6 +134,12 @@ class MaintenanceReport:
     @property
     def skipped(self) -> list[str]:
         return [f"{t.table}: {reason}" for t in self.tables for reason in t.skipped]
+
+    @property
+    def held_back(self) -> list[str]:
+        """Everything kept for now that could go later, and why, one line each."""
+        epochs = [f"epoch {e}: {why}" for e, why in sorted(self.epochs_held.items())]
+        return epochs + [f"{t.table}: {why}" for t in self.tables for why in t.held_back]
 
     def summary(self) -> str:
         """What it did (or would do), in one line."""
@@ -229,17 +239,23 @@ def maintain(
     for name in names:
         expired_now, rule = plan_expiry(catalog, name, now=now)
         report.rules[name] = rule
+        holders = _epoch_holders(catalog)
         if dry_run:
-            pinned = {p.epoch for p in catalog.active_pins()} | {
-                t.epoch for t in catalog.list_tags()
-            }
-            report.epochs_expired += [e for e in expired_now if e not in pinned]
+            report.epochs_expired += [e for e in expired_now if e not in holders]
         else:
             for start in range(0, len(expired_now), _EXPIRE_CHUNK):
                 chunk = expired_now[start : start + _EXPIRE_CHUNK]
                 report.epochs_expired += catalog.expire_epochs(chunk, rule=rule, pipeline=name)
+        gone = set(report.epochs_expired)
+        report.epochs_held |= {
+            e: holders.get(e, "held by a pin or tag") for e in expired_now if e not in gone
+        }
         tables = catalog.list_tables(pipeline=name, include_retired=True)
-        if compaction and not dry_run:
+        if compaction and dry_run:
+            _plan_pipeline_compaction(
+                catalog, name, report, small_file_bytes=small_file_bytes, min_files=min_files
+            )
+        elif compaction:
             _compact_pipeline(
                 catalog,
                 name,
@@ -269,6 +285,56 @@ def maintain(
             except DeltaIOError as exc:
                 entry.skipped.append(f"vacuum: {exc}")
     return report
+
+
+def _epoch_holders(catalog: Catalog) -> dict[int, str]:
+    """The epochs live pins and tags hold, and by what (expiry skips them)."""
+    holders: dict[int, list[str]] = {}
+    for pin in catalog.active_pins():
+        if pin.epoch is not None:
+            holders.setdefault(pin.epoch, []).append("an open snapshot's pin")
+    for tag in catalog.list_tags():
+        holders.setdefault(tag.epoch, []).append(f"tag {tag.name!r}")
+    return {epoch: "held by " + ", ".join(by) for epoch, by in holders.items()}
+
+
+def _plan_pipeline_compaction(
+    catalog: Catalog,
+    pipeline: str,
+    report: MaintenanceReport,
+    *,
+    small_file_bytes: int,
+    min_files: int,
+) -> None:
+    """What compaction would do now (a dry run): the plan of every table whose job is not
+    held by a live run and has no epoch in flight."""
+    now = datetime.now(UTC)
+    for table in catalog.list_tables(pipeline=pipeline):
+        if table.writer_job is None:
+            continue
+        entry = _table_entry(report, table.name)
+        lease = catalog.get_lease(table.writer_job)
+        if lease is not None and _aware(lease.expires_at) > now:
+            entry.skipped.append(
+                f"compaction: job {table.writer_job!r} is held by a live run ({lease.owner})"
+            )
+            continue
+        sealed = catalog.latest_written([table.name]).get(table.name)
+        processed = catalog.latest_processed([table.name]).get(table.name)
+        if sealed is None or sealed.delta_version is None:
+            continue
+        if processed is not None and processed.epoch > sealed.epoch:
+            entry.skipped.append("compaction: an epoch is in flight; tried again next time")
+            continue
+        try:
+            plan = plan_compaction(
+                table.location, small_file_bytes=small_file_bytes, min_files=min_files
+            )
+        except DeltaIOError as exc:
+            entry.skipped.append(f"compaction: {exc}")
+            continue
+        entry.compacted_files += plan.files_in
+        entry.compacted_into += len(plan.groups)
 
 
 def _table_entry(report: MaintenanceReport, table: str) -> TableMaintenance:
@@ -390,6 +456,14 @@ def _compact_table(
     entry.skipped.append(f"compaction: {lost}; tried again next time")
 
 
+def _duration(age: timedelta) -> str:
+    seconds = int(age.total_seconds())
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
 def _aware(ts: datetime) -> datetime:
     return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts
 
@@ -420,7 +494,14 @@ def _vacuum_table(
     refs = referenced_files(info.location, keep, keep_from=keep_from)
     age = max(orphan_age, IN_FLIGHT_AGE) if writer_live else orphan_age
     cutoff = time.time() - age.total_seconds()
+    young = (
+        f"younger than {_duration(age)} while job {info.writer_job!r} runs (a batch about "
+        "to commit may own them)"
+        if writer_live
+        else f"younger than --orphan-age ({_duration(age)})"
+    )
     doomed = []
+    unknown_young = 0
     for file in listed:
         if file.path in refs.needed:
             continue
@@ -428,12 +509,25 @@ def _vacuum_table(
             doomed.append(file)
             if file.path not in refs.known:
                 entry.orphans_removed += 1
-    leftovers = [f for f in log_leftovers(info.location) if f.mtime < cutoff]
+        else:
+            unknown_young += 1
+    if unknown_young:
+        entry.held_back.append(f"{unknown_young} file(s) no kept cut needs, {young}")
+    temporary = temporary_leftovers(info.location)
+    leftovers = [f for f in temporary if f.mtime < cutoff]
+    if len(temporary) > len(leftovers):
+        entry.held_back.append(
+            f"{len(temporary) - len(leftovers)} temporary file(s) of a write, {young}"
+        )
     doomed += leftovers
     entry.orphans_removed += len(leftovers)
-    stale_staging = (
-        [] if writer_live else [d for d in staging_dirs(info.location) if d.mtime < cutoff]
-    )
+    staging = staging_dirs(info.location)
+    stale_staging = [] if writer_live else [d for d in staging if d.mtime < cutoff]
+    if len(staging) > len(stale_staging):
+        entry.held_back.append(
+            f"{len(staging) - len(stale_staging)} staging director(y/ies), "
+            + (f"job {info.writer_job!r} runs" if writer_live else young)
+        )
     entry.files_removed += len(doomed)
     entry.bytes_removed += sum(f.size for f in doomed) + sum(d.size for d in stale_staging)
     entry.staging_removed += len(stale_staging)
@@ -447,6 +541,12 @@ def _vacuum_table(
     )
     entry.checkpoint_version = upkeep.checkpoint_version
     entry.log_entries_removed += upkeep.entries_removed
+    if upkeep.entries_held:
+        entry.held_back.append(
+            f"{upkeep.entries_held} log entries no kept cut needs, until a checkpoint at or "
+            f"before version {oldest_kept} is {_duration(log_grace)} old (a reader listing "
+            "the log meanwhile may still load the older entries)"
+        )
     entry.first_readable_version = upkeep.first_version
 
 

@@ -4,11 +4,14 @@ checked cheaply (no Spark)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
 import sys
+import time
 import tomllib
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
@@ -23,10 +26,12 @@ from catalog import (
     TableSpec,
     load_catalog,
 )
+from etl import Retention
 from etl.cli import app
-from etl.cli.app import hoist_global_options
+from etl.cli.app import configure_logging, hoist_global_options
 from etl.cli.render import print_arrow
 from etl.reader import parse_query
+from etl.retention.maintain import maintain
 from tests.support.cli_runner import REPO, etl
 
 
@@ -210,3 +215,67 @@ con.execute(sys.argv[1])
 for (value,) in con.sql("SELECT id FROM facts ORDER BY id").fetchall():
     print(value)
 """
+
+
+def test_maintain_dry_run_says_what_the_run_does_and_what_it_holds_back(tmp_path):
+    """Expired epochs, a tag, a young orphan, a killed write's temporary files and log
+    entries within their grace: the dry run reports exactly what the run then does."""
+    warehouse = tmp_path / "warehouse"
+    location = warehouse / "facts"
+    catalog = load_catalog(None, warehouse=warehouse)
+    catalog.set_retention_policy(None, Retention(every_epoch_for="1h").to_json())
+    catalog.register_table(TableSpec("facts", str(location), kind="root"))
+    catalog.register_job(JobSpec("ingest", output="facts", source="feed"))
+    lease = catalog.acquire_lease("ingest", "test", ttl_seconds=60)
+    for version in range(12):
+        epoch = catalog.open_epoch().id
+        write_deltalake(location, pa.table({"id": [epoch]}), mode="overwrite")
+        catalog.seal("ingest", lease.generation, [SealRequest("facts", epoch, version, rows=1)])
+    catalog.release_lease(lease)
+    catalog.create_tag("keep-me", epoch=3, versions={"facts": 2}, pipeline="default")
+    (location / "part-crashed.parquet").write_bytes(b"x")  # a batch's file, not committed
+    (location / f".deletion_vector_{'0' * 36}.bin.77.tmp").write_bytes(b"x")  # a killed DV write
+    later = datetime.now(UTC) + timedelta(hours=10)
+
+    def run(dry_run: bool):
+        return maintain(
+            catalog, dry_run=dry_run, now=later, orphan_age=timedelta(hours=1), compaction=False
+        )
+
+    dry, done = run(True), run(False)
+    assert dry.epochs_expired == done.epochs_expired == [e for e in range(1, 12) if e != 3]
+    assert dry.epochs_held == done.epochs_held == {3: "held by tag 'keep-me'"}
+    assert (dry.files_removed, dry.log_entries_removed) == (
+        done.files_removed,
+        done.log_entries_removed,
+    )
+    assert dry.held_back == done.held_back, (dry.held_back, done.held_back)
+    held = "\n".join(done.held_back)
+    assert "1 file(s) no kept cut needs, younger than --orphan-age (1 h)" in held
+    assert "1 temporary file(s) of a write, younger than --orphan-age (1 h)" in held
+    assert "log entries no kept cut needs, until a checkpoint" in held and "5 min" in held
+    # the killed deletion-vector write goes once it is older than --orphan-age
+    old = time.time() - 7200
+    for leftover in location.glob(".deletion_vector_*.tmp"):
+        os.utime(leftover, (old, old))
+    assert run(False).tables[0].orphans_removed == 1
+    assert not list(location.glob(".deletion_vector_*.tmp"))
+    catalog.close()
+
+
+def test_libraries_log_nothing_below_warning_whatever_their_own_levels(capsys):
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    try:
+        configure_logging("INFO")
+        chatty = logging.getLogger("great_expectations.data_context.types.base")
+        chatty.setLevel(logging.INFO)  # as Great Expectations does
+        chatty.info("Created temporary directory '/tmp/x' for ephemeral docs site")
+        chatty.warning("a warning shows")
+        logging.getLogger("etl.mine").info("ours shows")
+        shown = capsys.readouterr().err
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+    assert "Created temporary directory" not in shown
+    assert "a warning shows" in shown and "ours shows" in shown
