@@ -147,8 +147,9 @@ def status_report(
     from etl.leases import owner_state
 
     check_pipeline(catalog, pipeline)
+    only = pipeline  # the loops below name each row's pipeline ``pipeline``
     now = now or datetime.now(UTC)
-    statuses = {s.table: s for s in catalog.table_status() if pipeline in (None, s.pipeline)}
+    statuses = {s.table: s for s in catalog.table_status() if only in (None, s.pipeline)}
     order = _lineage_order(catalog, list(statuses))
     ancestors = _ancestors(catalog)
     leases = {}
@@ -280,7 +281,7 @@ def status_report(
     tags = catalog.list_tags()
     for info in catalog.list_pipelines():
         mine = [r for r in rows if r.pipeline == info.name and not r.retired]
-        if pipeline not in (None, info.name) or (not mine and info.name == PIPELINE_DEFAULT):
+        if only not in (None, info.name) or (not mine and info.name == PIPELINE_DEFAULT):
             continue
         latest = catalog.latest_epoch(pipeline=info.name)
         commit = catalog.latest_commit(pipeline=info.name)
