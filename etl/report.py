@@ -361,11 +361,6 @@ def _human(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
-def status_rows(catalog: Catalog) -> list[TableStatusRow]:
-    """The tables of :func:`status_report`, in lineage order."""
-    return status_report(catalog).tables
-
-
 def to_json(rows: object) -> str:
     """Dataclasses (or lists of them) as JSON: datetimes in ISO-8601 with their zone,
     numbers as numbers, states by name."""
@@ -461,6 +456,5 @@ __all__ = [
     "lineage_graph",
     "lineage_text",
     "status_report",
-    "status_rows",
     "to_json",
 ]

@@ -46,14 +46,21 @@ class BatchProgress:
     def __enter__(self) -> BatchProgress:
         if err.is_terminal:
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+            from rich.table import Column
+
+            # A row that wrapped would leave stale frames behind when redrawn (tmux):
+            # every row stays one line, cut with an ellipsis.
+            def one_line() -> Column:
+                return Column(no_wrap=True, overflow="ellipsis")
 
             self._display = Progress(
                 SpinnerColumn(),
-                TextColumn("{task.description}"),
-                TextColumn("{task.fields[status]}"),
+                TextColumn("{task.description}", table_column=one_line()),
+                TextColumn("{task.fields[status]}", table_column=one_line()),
                 TimeElapsedColumn(),
                 console=err,
                 transient=True,
+                refresh_per_second=4,
             )
             for job in self._jobs:
                 self._tasks[job] = self._display.add_task(

@@ -23,7 +23,6 @@ from rich.table import Table
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from etl.report import TableStatusRow
 
 out = Console(soft_wrap=True)
 if not out.is_terminal and "COLUMNS" not in os.environ:
@@ -232,43 +231,7 @@ def print_record(record: Mapping[str, Any], fmt: str, *, title: str | None = Non
         out.print(rows_table(("field", "value"), record.items(), title=title))
 
 
-STATUS_COLUMNS = (
-    "table",
-    "kind",
-    "writer",
-    "processed",
-    "written",
-    "lag (epochs)",
-    "lag (s)",
-    "last commit",
-    "blocked",
-)
-
-
-def status_table(rows: Sequence[TableStatusRow]) -> Table:
-    """The status rows as a Rich table (what ``etl status`` prints)."""
-    return rows_table(
-        STATUS_COLUMNS,
-        (
-            (
-                r.table,
-                r.kind,
-                r.writer_job,
-                r.latest_processed,
-                r.latest_written,
-                r.lag_epochs,
-                f"{r.lag_seconds:.1f}" if r.lag_seconds is not None else None,
-                r.last_commit,
-                r.blocked or "",
-            )
-            for r in rows
-        ),
-        title="tables",
-    )
-
-
 __all__ = [
-    "STATUS_COLUMNS",
     "echo",
     "err",
     "json_text",
@@ -280,6 +243,5 @@ __all__ = [
     "quiet_stdout",
     "stdout_guard",
     "rows_table",
-    "status_table",
     "text",
 ]

@@ -53,17 +53,17 @@ def status(
             typer.echo(to_json(report()))
             return
         if not watch:
-            out.print(_status_view(report()), soft_wrap=False)
+            out.print(status_view(report()), soft_wrap=False)
             return
         from rich.console import Console
         from rich.live import Live
 
         try:
             # Not `out`, which soft-wraps: a frame's lines must wrap at the terminal's width.
-            with Live(_status_view(report()), console=Console(), auto_refresh=False) as live:
+            with Live(status_view(report()), console=Console(), auto_refresh=False) as live:
                 while True:
                     time.sleep(interval)
-                    live.update(_status_view(report()), refresh=True)
+                    live.update(status_view(report()), refresh=True)
         except KeyboardInterrupt:
             return
 
@@ -80,7 +80,7 @@ def _short(seconds: float | None) -> str | None:
     return f"{seconds / 86400:.1f}d"
 
 
-def _status_view(report):
+def status_view(report):
     """The report as Rich renderables that fit the terminal: one line per pipeline, a
     table of the tables, then what needs an operator (blocks, failures, stale jobs).
     Lines wrap (never cut) and the table drops its less important columns when narrow."""
@@ -441,4 +441,5 @@ __all__ = [
     "epochs",
     "lineage",
     "status",
+    "status_view",
 ]

@@ -43,10 +43,11 @@ from rich.table import Table
 
 from catalog import Catalog, as_utc, load_catalog
 from consistency import Level, NoCommonEpochError
-from etl.cli.render import status_table
+from etl.cli.render import err
+from etl.cli.show import status_view
 from etl.loader import load_pipeline
 from etl.reader import SnapshotReader, snapshot
-from etl.report import lineage_graph, lineage_text, status_rows
+from etl.report import lineage_graph, lineage_text, status_report
 from etl.runner import Runner, RunResult
 from etl.spark import build_spark
 from tests.support.tansu import TansuBroker
@@ -383,6 +384,19 @@ def final_check(catalog: Catalog, produced: Produced) -> tuple[int, list[str]]:
     return rejects, problems
 
 
+def commit_line(epoch: int, previous: int) -> str:
+    """The line for a COMMIT of ``epoch`` after one of ``previous``, saying which epochs
+    in between were coalesced into it, and why."""
+    if epoch <= previous + 1:
+        return f"  epoch {epoch} committed"
+    span = f"s {previous + 1}..{epoch - 1}" if epoch - 1 > previous + 1 else f" {previous + 1}"
+    return (
+        f"  epoch {epoch} committed (epoch{span} coalesced into it: a job fell "
+        f"{BACKLOG_THRESHOLD}+ epochs behind and caught up in one batch; a coalesced epoch "
+        "cannot be read on its own)"
+    )
+
+
 def run_demo(
     *, seconds: float, warehouse: Path, epoch_interval: float, seed: int, pipeline_file: Path
 ) -> DemoResult:
@@ -404,10 +418,14 @@ def run_demo(
         )
         checker = Checker(load_catalog(warehouse=warehouse))
 
+        committed = [0]
+
         def on_batch(batch) -> None:
             checker.wake.set()
-            if batch.commit is not None:
-                out.print(f"  epoch {batch.commit.epoch} committed", highlight=False)
+            if batch.commit is None:
+                return
+            out.print(commit_line(batch.commit.epoch, committed[0]), highlight=False)
+            committed[0] = batch.commit.epoch
 
         runner = Runner(
             pipeline,
@@ -494,7 +512,7 @@ def print_report(result: DemoResult, catalog: Catalog) -> None:
         f"({result.produced.malformed} malformed messages produced)",
         highlight=False,
     )
-    out.print(status_table(status_rows(catalog)))
+    out.print(status_view(status_report(catalog)))  # what `etl status` prints
     out.print(lineage_text(lineage_graph(catalog), fmt="text"), highlight=False)
     for failure in result.run.failures:
         out.print(f"[bold red]failed:[/] job {failure.job} epoch {failure.epoch}: {failure.error}")
@@ -562,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         note = prepare_warehouse(args.warehouse, replace=args.replace)
     except DemoError as exc:
-        out.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
         return 2
     out.print(f"warehouse: {args.warehouse} ({note})", highlight=False)
     try:
@@ -574,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pipeline_file=PIPELINE_FILE,
         )
     except DemoError as exc:
-        out.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
         return 1
     with load_catalog(warehouse=args.warehouse) as catalog:
         print_report(result, catalog)

@@ -8,7 +8,7 @@ import re
 import pytest
 from deltalake import DeltaTable
 
-from examples.shop.demo import MARKER, DemoError, main, prepare_warehouse
+from examples.shop.demo import MARKER, DemoError, commit_line, main, prepare_warehouse
 
 ROW = re.compile(
     r"│ (read-uncommitted|read-committed|repeatable-read)\s*│\s*(\d+)\s*│\s*(\d+|-)\s*│"
@@ -61,7 +61,8 @@ def test_a_directory_the_demo_did_not_make_is_never_deleted(tmp_path, capsys):
     with pytest.raises(DemoError, match="refusing to delete"):
         prepare_warehouse(precious)
     assert main(["--seconds", "1", "--warehouse", str(precious)]) == 2
-    assert "refusing to delete" in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert "refusing to delete" in said.err and "refusing" not in said.out
     assert (precious / "data.csv").read_text() == "1,2\n"
 
 
@@ -75,3 +76,10 @@ def test_a_demo_warehouse_holding_other_tables_needs_replace(tmp_path):
     assert (warehouse / "word_counts").is_dir()
     assert prepare_warehouse(warehouse, replace=True) == "replaced the previous demo's warehouse"
     assert sorted(p.name for p in warehouse.iterdir()) == [MARKER]
+
+
+def test_a_commit_after_coalesced_epochs_says_so():
+    assert commit_line(2, 1) == "  epoch 2 committed"
+    assert "epochs 2..5 coalesced into it" in commit_line(6, 1)
+    assert "epoch 2 coalesced into it" in commit_line(3, 1)
+    assert "caught up in one batch" in commit_line(6, 1)

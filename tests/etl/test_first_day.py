@@ -3,6 +3,7 @@ checked cheaply (no Spark)."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pytest
 import typer
 from deltalake import write_deltalake
+from rich.console import Console
 
 from catalog import (
     CatalogUnavailableError,
@@ -27,7 +29,7 @@ from catalog import (
     load_catalog,
 )
 from etl import Retention
-from etl.cli import app
+from etl.cli import app, progress
 from etl.cli.app import configure_logging, hoist_global_options
 from etl.cli.render import print_arrow
 from etl.reader import parse_query
@@ -279,3 +281,12 @@ def test_libraries_log_nothing_below_warning_whatever_their_own_levels(capsys):
         root.setLevel(saved[1])
     assert "Created temporary directory" not in shown
     assert "a warning shows" in shown and "ours shows" in shown
+
+
+def test_the_progress_display_keeps_each_job_on_one_line(monkeypatch):
+    console = Console(file=io.StringIO(), width=30, force_terminal=True)
+    monkeypatch.setattr(progress, "err", console)
+    with progress.BatchProgress(["a_job_with_a_long_name", "b"]) as shown:
+        assert shown._display is not None
+        lines = console.render_lines(shown._display.get_renderable(), console.options)
+    assert len(lines) == 2  # a wrapped row leaves stale frames behind (tmux)
