@@ -735,13 +735,14 @@ class SqlCatalog(Catalog):
 
     @contextmanager
     def _translate_read_only(self, write: bool) -> Iterator[None]:
+        """The database's operational errors inside a transaction as catalog errors: a
+        read-only catalog, or one that is unavailable (a lost connection: PostgreSQL ends
+        the transaction of a process that froze inside it; a lock held too long)."""
         try:
             yield
         except sa.exc.OperationalError as exc:
             error = self._read_only_error(exc) if write else None
-            if error is None:
-                raise
-            raise error from None
+            raise (error or self._unavailable(exc)) from None
 
     def _write(self) -> AbstractContextManager[sa.Connection]:
         """A write transaction, serialized with every other writer of the catalog."""
