@@ -87,9 +87,10 @@ def test_fault_scenario_matches_the_run_without_faults(
     # A zombie is a process frozen at any instant, possibly inside a catalog transaction.
     # SQLite has no server to end a frozen holder's transaction, so other processes wait
     # until it wakes or dies (the README says so: several processes share PostgreSQL);
-    # PostgreSQL ends it (idle_in_transaction_session_timeout) and takeover goes on.
+    # PostgreSQL ends it (idle_in_transaction_session_timeout) and takeover goes on. So
+    # zombies run on PostgreSQL; the other scenarios on the catalog their seed draws.
     catalog_url = (
-        request.getfixturevalue("postgres_url") if scenario.injection == "zombie" else None
+        request.getfixturevalue("postgres_url") if scenario.catalog == "postgres" else None
     )
     outcome = C.play(
         spark,

@@ -9,7 +9,16 @@ A scenario (one seed) picks a pipeline (``files`` or ``kafka``, see
   runner takes over, recovers and drains (and, for a "late" zombie, runs the later epochs
   too); then the zombie is woken (SIGCONT) and must not change anything;
 - ``job_failure``: a transform raises while a marker file exists, in ``run_continuous``
-  that keeps opening epochs; then the marker goes and a plain rerun must catch up.
+  that keeps opening epochs; then the marker goes and a plain rerun must catch up;
+- ``zombie_race``: a child pauses at a fault point (often in epoch 1, before any table
+  exists, and at any of its commits: side outputs too); its lease expires; a second child
+  takes over and pauses at a fault point of the same job and epoch; then both are woken,
+  the superseded one first or the new owner first, each running to its end while the other
+  is still frozen. A superseded runner resuming at any point, including before the first
+  commit to a table that does not exist yet, must neither lose nor duplicate a row.
+
+Zombie scenarios run on PostgreSQL (a frozen process may hold a SQLite catalog's lock);
+the others on SQLite or PostgreSQL, drawn from the seed.
 
 Epoch k's inputs are put in place, then epoch k is opened (an explicit barrier), so every
 run sees the same slices as the reference run without faults. Fault points come from
@@ -18,8 +27,9 @@ run sees the same slices as the reference run without faults. Fault points come 
 The oracle (:meth:`Driver.check`): after recovery and a drain every table equals the
 reference run row for row; every read-committed and repeatable-read read taken by a reader
 thread during the scenario matched the reference's content of that table at the epoch the
-read resolved to; no epoch is left PROCESSED or ROLLED_BACK; every run after a fault
-succeeded without a manual step; and the inputs are all accounted for.
+read resolved to; no epoch is left PROCESSED or ROLLED_BACK; every sealed epoch's row count
+in the catalog is the table's, whichever path sealed it; every run after a fault succeeded
+without a manual step; and the inputs are all accounted for.
 """
 
 from __future__ import annotations
@@ -35,13 +45,13 @@ import time
 import traceback
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from catalog import CatalogUnavailableError, EpochState
 from consistency import NoCommonEpochError
 from etl import snapshot
-from etl.delta import read_arrow, table_version
+from etl.delta import epoch_rows, read_arrow, table_version
 from etl.errors import ExitCode
 from etl.faults import FAULT_ENV, FAULT_EXIT_CODE, FAULT_POINTS
 from tests.support.faults import pipelines as P
@@ -49,7 +59,9 @@ from tests.support.faults.process import wait_stopped
 
 REPO = Path(__file__).resolve().parents[3]
 CHILD = Path(__file__).with_name("child.py")
-INJECTIONS = ("crash", "double_crash", "zombie", "job_failure")
+INJECTIONS = ("crash", "double_crash", "zombie", "job_failure", "zombie_race")
+ZOMBIE_INJECTIONS = ("zombie", "zombie_race")
+CATALOGS = ("sqlite", "postgres")
 CHILD_LEASE_TTL = 1.0
 TAKEOVER_WAIT = CHILD_LEASE_TTL + 0.5
 CHILD_TIMEOUT = 420
@@ -94,6 +106,9 @@ class Scenario:
     """Open every later epoch before the recovery run: the recovery then catches up a
     backlog (coalescing, BACKLOG_THRESHOLD) instead of one epoch at a time."""
     late_zombie: bool = False
+    catalog: str = "sqlite"
+    zombie_first: bool = True
+    """zombie_race: wake the superseded runner before the new owner (else after it)."""
 
     @property
     def epoch(self) -> int:
@@ -106,8 +121,10 @@ class Scenario:
     def describe(self) -> str:
         extra = " open-ahead" if self.open_ahead else ""
         extra += " late-zombie" if self.late_zombie else ""
+        if self.injection == "zombie_race":
+            extra += " zombie-woken-first" if self.zombie_first else " owner-woken-first"
         faults = "; ".join(f.spec for f in self.faults)
-        return f"seed {self.seed}: {self.kind} {self.injection} [{faults}]{extra}"
+        return f"seed {self.seed}: {self.kind} {self.injection} [{faults}]{extra} ({self.catalog})"
 
 
 def _pick_fault(rng: random.Random, kind: str, action: str, epoch: int | None = None) -> Fault:
@@ -132,14 +149,48 @@ def generate(seed: int) -> Scenario:
     kind = P.KINDS[seed % len(P.KINDS)]
     injection = INJECTIONS[(seed // len(P.KINDS)) % len(INJECTIONS)]
     open_ahead = rng.random() < 0.5
+    # Its own generator: the draws below stay those of earlier campaigns' seeds.
+    catalog = (
+        "postgres"
+        if injection in ZOMBIE_INJECTIONS
+        else random.Random(f"delta-barrier-faults-catalog-{seed}").choice(CATALOGS)
+    )
     if injection == "job_failure":
         job = rng.choice(P.JOBS[kind])
         fault = Fault("fail", "transform", job, rng.randint(1, P.EPOCHS - 1))
-        return Scenario(seed, kind, injection, (fault,), open_ahead=False)
+        return Scenario(seed, kind, injection, (fault,), open_ahead=False, catalog=catalog)
     if injection == "zombie":
         fault = _pick_fault(rng, kind, "pause")
         return Scenario(
-            seed, kind, injection, (fault,), open_ahead=open_ahead, late_zombie=rng.random() < 0.5
+            seed,
+            kind,
+            injection,
+            (fault,),
+            open_ahead=open_ahead,
+            late_zombie=rng.random() < 0.5,
+            catalog=catalog,
+        )
+    if injection == "zombie_race":
+        # Half the time in epoch 1, where every table of the job is created by its first
+        # commit; at any of the job's commits (a side output's create included).
+        # Half the time just before one of its commits (the next one a create, in epoch 1).
+        epoch = 1 if rng.random() < 0.5 else None
+        zombie = _pick_fault(rng, kind, "pause", epoch)
+        if rng.random() < 0.5:
+            zombie = replace(zombie, point="before_commit")
+        if zombie.point in ("before_commit", "after_commit"):
+            zombie = replace(zombie, nth=rng.choice((1, 2, 3)))
+        points = [p for p in FAULT_POINTS if p not in SOURCE_ONLY_POINTS]
+        point = "before_commit" if rng.random() < 0.5 else rng.choice(points)
+        owner = Fault("pause", point, zombie.job, zombie.epoch, rng.choice((1, 2)))
+        return Scenario(
+            seed,
+            kind,
+            injection,
+            (zombie, owner),
+            open_ahead=open_ahead,
+            catalog=catalog,
+            zombie_first=rng.random() < 0.5,
         )
     first = _pick_fault(rng, kind, "crash")
     faults = (first,)
@@ -157,7 +208,7 @@ def generate(seed: int) -> Scenario:
         if first.job in P.MICRO_BATCH_JOBS and point in ("before_commit", "after_commit"):
             nth = rng.choice((1, 1, 2, 3))
         faults += (Fault("crash", point, first.job, first.epoch, nth),)
-    return Scenario(seed, kind, injection, faults, open_ahead=open_ahead)
+    return Scenario(seed, kind, injection, faults, open_ahead=open_ahead, catalog=catalog)
 
 
 def seeds_from_env(default: list[int]) -> list[int]:
@@ -486,6 +537,9 @@ class Driver:
         elif scenario.injection == "zombie":
             self.open(f)
             self._zombie(scenario, outcome)
+        elif scenario.injection == "zombie_race":
+            self.open(f)
+            self._zombie_race(scenario, outcome)
         else:
             self.open(f)
             outcome.fired.append(self.crash_child(scenario.faults[0]))
@@ -548,6 +602,54 @@ class Driver:
                 os.kill(proc.pid, signal.SIGCONT)
                 proc.kill()
                 proc.wait(timeout=30)
+
+    def _zombie_race(self, scenario: Scenario, outcome: Outcome) -> None:
+        zombie_fault, owner_fault = scenario.faults
+        zombie = self.child(zombie_fault.spec)
+        owner: subprocess.Popen | None = None
+        try:
+            stopped = wait_stopped(zombie.pid, timeout=CHILD_TIMEOUT, poll=zombie.poll)
+            outcome.fired.append(stopped)
+            if not stopped:
+                _, err = zombie.communicate(timeout=CHILD_TIMEOUT)
+                self.log.append(
+                    f"zombie never reached {zombie_fault.spec} (exit {zombie.returncode})"
+                )
+                if zombie.returncode not in FINISHED:
+                    raise ScenarioError(f"child exited {zombie.returncode}: {err[-1500:]}")
+                return
+            self.log.append(f"child paused at {zombie_fault.spec}")
+            time.sleep(TAKEOVER_WAIT)  # its lease expires
+            if scenario.open_ahead:
+                self.open(P.EPOCHS)
+            owner = self.child(owner_fault.spec)
+            paused = wait_stopped(owner.pid, timeout=CHILD_TIMEOUT, poll=owner.poll)
+            outcome.fired.append(paused)
+            self.log.append(
+                f"new owner paused at {owner_fault.spec}"
+                if paused
+                else f"new owner never reached {owner_fault.spec}"
+            )
+            order = [("zombie", zombie), ("new owner", owner)]
+            if not scenario.zombie_first or not paused:
+                order.reverse()
+            for name, proc in order:
+                os.kill(proc.pid, signal.SIGCONT)
+                _, err = proc.communicate(timeout=CHILD_TIMEOUT)
+                self.log.append(f"{name} woke and exited {proc.returncode}: {err.strip()[-300:]}")
+                if "Traceback" in err:
+                    outcome.failures.append(f"the {name} printed a traceback: {err[-1500:]}")
+                if name == "new owner" and proc.returncode not in FINISHED:
+                    outcome.failures.append(
+                        f"the new owner failed (exit {proc.returncode}) where it should have "
+                        f"recovered by itself: {err.strip()[-600:]}"
+                    )
+        finally:
+            for proc in (zombie, owner):
+                if proc is not None and proc.poll() is None:
+                    os.kill(proc.pid, signal.SIGCONT)
+                    proc.kill()
+                    proc.wait(timeout=30)
 
     def _job_failure(self, scenario: Scenario, outcome: Outcome) -> None:
         fault = scenario.faults[0]
@@ -622,6 +724,20 @@ class Driver:
             missing = [e for e in range(first, issued + 1) if e not in done]
             if missing:
                 outcome.failures.append(f"{table} never sealed epochs {missing}")
+            location = self.catalog.get_table(table).location
+            untrue = [
+                (s.epoch, s.rows, counted)
+                for s in states[table]
+                if s.state is EpochState.WRITTEN
+                and s.delta_version is not None
+                and s.rows
+                != (counted := epoch_rows(location, version=s.delta_version, epoch=s.epoch))
+            ]
+            if untrue:
+                outcome.failures.append(
+                    f"{table}: sealed epochs whose recorded rows are not the table's "
+                    f"(epoch, recorded, in the table): {untrue}"
+                )
         if self.catalog.get_commit(issued) is None:
             outcome.failures.append(f"no COMMIT manifest for the last epoch {issued}")
 
