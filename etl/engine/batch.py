@@ -29,7 +29,15 @@ from pyspark.sql import functions as F
 
 from catalog import Catalog, CommitManifest, EpochState, Lease, SealRequest
 from consistency import EpochBatch
-from etl.delta import EPOCH_COLUMN, epoch_rows, estimated_bytes, read_epochs, read_table
+from etl.delta import (
+    EPOCH_COLUMN,
+    epoch_rows,
+    estimated_bytes,
+    read_epochs,
+    read_table,
+    table_version,
+)
+from etl.delta.maintenance import same_rows_version
 from etl.engine.audit import audit
 from etl.engine.commit import (
     BatchWrite,
@@ -110,6 +118,22 @@ class BatchResult:
         return self.outcome is BatchOutcome.SEALED
 
 
+IDLE_SEALED_MODES = ("overwrite", "merge")
+"""Write modes whose batch over unchanged inputs is sealed at the output's current
+version without running (docs/design.md, "Idle epochs"). An append job over inputs
+without new rows already commits nothing: its output for the epoch is empty."""
+
+
+@dataclass(frozen=True)
+class _Computed:
+    """What a job's last batch in this process read and sealed: the inputs' locations and
+    versions, and the epoch and version it sealed its output at."""
+
+    epoch: int
+    output_version: int
+    inputs: Mapping[str, tuple[str, int]]
+
+
 class EpochEngine:
     """Runs the batches of the jobs of one pipeline (recovery: :mod:`etl.engine.recovery`)."""
 
@@ -120,6 +144,9 @@ class EpochEngine:
         self._histories: dict[str, Callable[[int], list[Mapping[str, object]]]] = {}
         self._attempts: dict[str, tuple[int, int]] = {}
         """Per job: (epoch, attempt) of its latest batch."""
+        self._computed: dict[str, _Computed] = {}
+        """Per overwrite or merge job: what its latest batch in this process read and sealed
+        (only a job whose transform did not read its own previous output)."""
 
     def attempt_of(self, job: Job, batch: EpochBatch) -> int | None:
         """The attempt number the engine gave the job's latest run of ``batch`` (to report a
@@ -209,7 +236,7 @@ class EpochEngine:
                 with clock.stage("read"):
                     data = job.source.read(session, part, epoch=batch.last)
                 with clock.stage("transform"):
-                    rows = self._transform(
+                    rows, _ = self._transform_reading(
                         job, session, batch, epoch.barrier_ts, {job.source.name: data.rows}
                     )
                 if job.rejects_table and data.rejects is not None:
@@ -228,16 +255,87 @@ class EpochEngine:
                     maybe_crash("between_micro_batches", job=job.name, epoch=batch.last)
         else:
             with clock.stage("read"):
-                inputs = self._read_inputs(job, batch, session)
+                versions = self._input_versions(job, batch)
+                if self._inputs_unchanged(job, versions):
+                    return replace(self._seal_idle(writer), timings=clock.totals())
+                self._computed.pop(job.name, None)
+                inputs = self._read_inputs(job, batch, session, versions)
                 _size_session(session, list(inputs.values()))
             with clock.stage("transform"):
-                rows = self._transform(job, session, batch, epoch.barrier_ts, inputs)
+                rows, read_previous = self._transform_reading(
+                    job, session, batch, epoch.barrier_ts, inputs
+                )
             written = writer.write(
                 written, table=job.output, frame=rows, part=0, final=True, mode=job.mode
             )
+            result = self.publish(writer, written)
+            if result.sealed and job.mode in IDLE_SEALED_MODES and not read_previous:
+                self._computed[job.name] = _Computed(
+                    epoch=batch.last, output_version=result.versions[job.output], inputs=versions
+                )
+            return replace(result, timings=clock.totals())
         rejected = written.rows_of(job.rejects_table) if job.rejects_table else 0
         result = self.publish(writer, written, rejected=rejected)
         return replace(result, timings=clock.totals())
+
+    def _inputs_unchanged(self, job: Job, versions: Mapping[str, tuple[str, int]]) -> bool:
+        """Whether this batch would compute what the job's last batch in this process
+        computed: the same transform (loaded once per process) over inputs whose rows did
+        not change (every commit since the versions it read changed no row: none, or
+        compaction and claims), its output untouched since it sealed it."""
+        computed = self._computed.get(job.name)
+        if computed is None or job.mode not in IDLE_SEALED_MODES:
+            return False
+        sealed = self.catalog.latest_written([job.output]).get(job.output)
+        if (
+            sealed is None
+            or sealed.epoch != computed.epoch
+            or sealed.delta_version != computed.output_version
+            or set(versions) != set(computed.inputs)
+        ):
+            return False
+        for table, (location, version) in versions.items():
+            read_location, read_version = computed.inputs[table]
+            if location != read_location or version < read_version:
+                return False
+            if version > read_version and same_rows_version(location, read_version) < version:
+                return False
+        for table in self.pipeline.tables_of(job):
+            location = self.catalog.get_table(table).location
+            table_sealed = self.catalog.latest_written([table]).get(table)
+            latest = table_version(location)
+            if table_sealed is None or table_sealed.delta_version is None or latest is None:
+                return False
+            if same_rows_version(location, table_sealed.delta_version) < latest:
+                return False
+        return True
+
+    def _seal_idle(self, writer: EpochWriter) -> BatchResult:
+        """Seal a batch over unchanged inputs at its tables' current versions: no commit
+        (an earlier epoch may be sealed at the same version)."""
+        job, batch = writer.job, writer.batch
+        with writer.clock.stage("seal"):
+            requests = self._seal_requests(writer, BatchWrite())
+            writer.check_lease()
+            maybe_crash("before_seal", job=job.name, epoch=batch.last)
+            commit = self.catalog.seal(job.name, writer.lease.generation, requests)
+            maybe_crash("after_seal", job=job.name, epoch=batch.last)
+        versions = {r.table: r.delta_version for r in requests}
+        self._computed[job.name] = replace(
+            self._computed[job.name], epoch=batch.last, output_version=versions[job.output]
+        )
+        log.debug(
+            "job %s epoch %s: inputs unchanged, sealed without a commit", job.name, batch.last
+        )
+        return BatchResult(
+            job=job.name,
+            first_epoch=batch.first,
+            epoch=batch.last,
+            attempt=writer.attempt,
+            versions=versions,
+            rows=0,
+            commit=commit,
+        )
 
     def publish(
         self, writer: EpochWriter, written: BatchWrite, *, rejected: int = 0
@@ -352,11 +450,10 @@ class EpochEngine:
         maybe_crash("after_slice_recorded", job=job.name, epoch=batch.last)
         return recorded_slice.bounds
 
-    def _read_inputs(
-        self, job: Job, batch: EpochBatch, session: SparkSession
-    ) -> dict[str, DataFrame]:
+    def _input_versions(self, job: Job, batch: EpochBatch) -> dict[str, tuple[str, int]]:
+        """Each input's location and the Delta version its epoch ``batch.last`` is sealed at."""
         states = self.catalog.states_at([i.table for i in job.inputs], batch.last)
-        inputs: dict[str, DataFrame] = {}
+        versions: dict[str, tuple[str, int]] = {}
         for item in job.inputs:
             state = states.get(item.table)
             if (
@@ -368,17 +465,32 @@ class EpochEngine:
                     f"job {job.name!r} epoch {batch.last}: input {item.table!r} does not have the "
                     "epoch WRITTEN (alignment was violated)"
                 )
-            location = self.catalog.get_table(item.table).location
+            versions[item.table] = (
+                self.catalog.get_table(item.table).location,
+                state.delta_version,
+            )
+        return versions
+
+    def _read_inputs(
+        self,
+        job: Job,
+        batch: EpochBatch,
+        session: SparkSession,
+        versions: Mapping[str, tuple[str, int]],
+    ) -> dict[str, DataFrame]:
+        inputs: dict[str, DataFrame] = {}
+        for item in job.inputs:
+            location, version = versions[item.table]
             if job.read_mode(item) == "slice":
                 inputs[item.table] = read_epochs(
                     session,
                     location,
-                    version=state.delta_version,
+                    version=version,
                     first_epoch=batch.first,
                     last_epoch=batch.last,
                 )
             else:
-                inputs[item.table] = read_table(session, location, version=state.delta_version)
+                inputs[item.table] = read_table(session, location, version=version)
         return inputs
 
     def _previous(self, job: Job, session: SparkSession) -> DataFrame | None:
@@ -388,14 +500,17 @@ class EpochEngine:
         location = self.catalog.get_table(job.output).location
         return read_table(session, location, version=sealed.delta_version).drop(EPOCH_COLUMN)
 
-    def _transform(
+    def _transform_reading(
         self,
         job: Job,
         session: SparkSession,
         batch: EpochBatch,
         barrier_ts,
         inputs: Mapping[str, DataFrame],
-    ) -> DataFrame:
+    ) -> tuple[DataFrame, bool]:
+        """The transform's rows with ``_epoch``, and whether it read the job's own previous
+        output."""
+        read_previous = False
         if job.transform is None:
             (result,) = inputs.values()
         else:
@@ -427,8 +542,9 @@ class EpochEngine:
                 raise
             except Exception as exc:
                 raise TransformError(job=job.name, epoch=batch.last, cause=exc) from exc
+            read_previous = "previous" in vars(ctx)  # the cached_property was computed
         self._check_columns(job, batch, result)
-        return result.withColumn(EPOCH_COLUMN, F.lit(batch.last).cast("long"))
+        return result.withColumn(EPOCH_COLUMN, F.lit(batch.last).cast("long")), read_previous
 
     def _check_columns(self, job: Job, batch: EpochBatch, result: DataFrame) -> None:
         columns = result.columns

@@ -62,7 +62,7 @@ def test_a_transient_failure_heals_and_spent_retries_end_the_run(tmp_path: Path)
     file.write_text(CHAIN)
     started = time.monotonic()
     result = etl(
-        "run", file, "--continuous", "--epoch-interval", "1", "--max-epochs", "20",
+        "run", file, "--continuous", "--epoch-interval", "1", "--max-epochs", "500",
         "--retries", "2", "--retry-backoff", "0.1",
         "--param", f"dir={drops}", "--param", f"marker={marker}",
         cwd=tmp_path,
@@ -82,12 +82,12 @@ def test_a_transient_failure_heals_and_spent_retries_end_the_run(tmp_path: Path)
         and "permanent trouble" in spent[0]
     )
     # It gave up: it did not go on opening epochs until --max-epochs.
-    assert elapsed < 120, elapsed
+    assert elapsed < 400, elapsed
 
     catalog = load_catalog(None, warehouse=tmp_path / "warehouse")
     assert len(catalog.failures(job="flaky")) == 1
     assert len(catalog.failures(job="broken")) == 3  # the first attempt and two retries
     epochs = catalog.epochs()
-    assert len(epochs) < 20
+    assert len(epochs) < 500
     reader = snapshot(catalog, ["flaky_out"], "read-committed")
     assert sorted(reader.pandas("flaky_out")["value"]) == ["x", "y"]
