@@ -243,3 +243,19 @@ def test_cli_busy_pipeline_is_refused_before_spark_starts(tmp_path, drops):
     assert result.returncode == 3, result.stderr
     assert f"{os.getpid()}" in result.stderr and "ingest" in result.stderr
     assert catalog_state(catalog) == before
+
+
+def test_cli_refusals_on_postgresql_leave_the_catalog_as_it_was(tmp_path, drops, postgres_url):
+    catalog = load_catalog(postgres_url)
+    catalog.register_table(TableSpec(name="lines", location=str(tmp_path / "lines"), kind="root"))
+    catalog.register_job(JobSpec(name="ingest", output="lines", source="drops"))
+    catalog.open_epoch()
+    before = catalog_state(catalog)
+    where = ("--catalog", postgres_url, "--param", f"dir={drops}")
+    bad = timed_etl("run", chain(tmp_path, inputs='"lnes"'), "--once", *where, cwd=tmp_path)
+    assert bad.returncode == 2 and "did you mean 'lines'?" in bad.stderr, bad.stderr
+    assert catalog_state(catalog) == before
+    catalog.acquire_lease("ingest", make_owner(), ttl_seconds=300)
+    busy = timed_etl("run", chain(tmp_path), "--once", *where, cwd=tmp_path)
+    assert busy.returncode == 3 and "ingest" in busy.stderr, busy.stderr
+    assert catalog_state(catalog) == before
