@@ -530,7 +530,7 @@ def print_report(result: DemoResult, catalog: Catalog) -> None:
     out.print(f"demo {verdict}; the warehouse stays in {result.warehouse}", highlight=False)
     out.print(
         'explore it: notebooks/explore.ipynb (Jupyter kernel "Delta Barrier"), or run it '
-        "headless: .venv/bin/jupyter execute notebooks/explore.ipynb",
+        "headless, keeping its results: .venv/bin/jupyter execute --inplace notebooks/explore.ipynb",
         highlight=False,
     )
 
