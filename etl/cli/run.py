@@ -285,12 +285,17 @@ def _spark_log(spark, verbose: bool):
     return spark
 
 
-def _load(pipeline_file: Path, items: list[str], catalog: Catalog | None):
+def _load(
+    pipeline_file: Path, items: list[str], catalog: Catalog | None, *, check_sources: bool = True
+):
     """The pipeline file loaded and validated (:mod:`etl.validation`): every problem at
     once, before Spark starts and before the catalog is written."""
     from etl.validation import validate_file
 
-    return validate_file(pipeline_file, parse_params(items), catalog=catalog).checked()
+    params = parse_params(items)
+    return validate_file(
+        pipeline_file, params, catalog=catalog, check_sources=check_sources
+    ).checked()
 
 
 def _handle_signals(runner, stopping: threading.Event) -> None:
@@ -595,7 +600,9 @@ def recover(
 
     _quiet(verbose)
     catalog = open_catalog(warehouse, catalog_url)
-    pipeline = _load(pipeline_file, param, catalog)
+    # Recovery reads no source (it seals or rolls back; the next run replays): a source
+    # that cannot be reached now does not keep it from bringing the tables back.
+    pipeline = _load(pipeline_file, param, catalog, check_sources=False)
     _check_not_held(catalog, pipeline)  # before Spark starts
     if not any(needs_recovery(catalog, pipeline, job) for job in pipeline.ordered_jobs()):
         # Nothing to seal or roll back: no Spark is started to say so.
