@@ -5,6 +5,7 @@ an idle epoch, and the first batch of a new run (the code may have changed), are
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from catalog import EpochState, load_catalog
 from etl import EpochContext, FileSource, Pipeline, Runner
 from etl.delta import log_commits, table_version
 from etl.reader import snapshot
+from etl.retention.maintain import maintain
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -80,13 +82,20 @@ def test_idle_epochs_leave_every_version_unchanged(tmp_path, spark):
     assert rows(catalog, "counts", as_of_epoch=busy) == [("a", 3), ("b", 1), ("c", 1)]
     assert rows(catalog, "counts", as_of_epoch=last_idle) == [("a", 2), ("b", 1)]
 
-    # A new run may load changed code: its first batch computes (and commits) again.
-    again = Runner(chain(incoming), catalog=catalog, warehouse=str(tmp_path / "wh"), spark=spark)
-    fresh = again.run_once().epochs_opened[0].id
-
     def epochs_committed(table: str) -> list[int | None]:
         location = catalog.get_table(table).location
         return [c.epoch for c in log_commits(location, after_version=now[table])]
 
+    # Compacting an input (dataChange false) changes no row: still nothing to compute.
+    report = maintain(catalog, orphan_age=timedelta(0), min_files=2)
+    assert {t.table: t.compacted_files for t in report.tables}["words"] >= 2, report
+    compacted = runner.run_once().epochs_opened[0].id
+    assert catalog.table_epoch("counts", compacted).state is EpochState.WRITTEN
+    assert compacted not in epochs_committed("counts")
+    assert rows(catalog, "counts", as_of_epoch=compacted) == [("a", 3), ("b", 1), ("c", 1)]
+
+    # A new run may load changed code: its first batch computes (and commits) again.
+    again = Runner(chain(incoming), catalog=catalog, warehouse=str(tmp_path / "wh"), spark=spark)
+    fresh = again.run_once().epochs_opened[0].id
     assert fresh in epochs_committed("counts")
     assert fresh not in epochs_committed("latest")  # merging no row commits nothing
