@@ -264,3 +264,14 @@ def test_retire_pipeline(two_teams):
     assert [r["word"] for r in words] == ["apple", "kiwi", "pear"]
     gone = two_teams.etl("retire", "pipeline", "team_b")
     assert gone.returncode == 2 and "team_b" in gone.stderr
+    # Without --drop-tables the files stay; their commits name epochs that are gone, so a
+    # run registering a table there again is refused (before Spark), never misled by them.
+    kept = two_teams.json("retire", "pipeline", "team_a")
+    assert kept["tables"] == ["a_words"] and kept["dropped"] == []
+    assert (two_teams.root / "wh" / "a_words" / "_delta_log").is_dir()
+    again = two_teams.etl(
+        "run", "--once", two_teams.root / "team_a.py", "--param", f"dir={two_teams.root / 'dA'}"
+    )
+    assert again.returncode == 2, again.stderr
+    assert "holds a Delta table" in " ".join(again.stderr.split())
+    assert two_teams.json("status")["pipelines"] == []
