@@ -1,5 +1,6 @@
 """The fault campaign (issue 10): seeded scenarios of crashes, second crashes during the
-replay, zombies that wake up after a takeover, and failing jobs while epochs keep opening,
+replay, zombies that wake up after a takeover, zombie races (the superseded runner and the
+new owner both frozen, then woken in either order), and failing jobs while epochs keep opening,
 on a file pipeline and a Kafka pipeline; each judged against a run without faults.
 
 CI runs CI_SEEDS. A longer campaign: ``make faults SEEDS=40`` (or
