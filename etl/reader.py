@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import polars as pl
     import pyarrow as pa
+    from duckdb import DuckDBPyConnection
     from pyspark.sql import DataFrame, SparkSession
 
     from etl.retention.pins import PinHolder
@@ -516,7 +517,7 @@ class SnapshotReader:
         self._check_files()
         return self._duckdb_views()
 
-    def _duckdb_views(self) -> duckdb.DuckDBPyConnection:
+    def _duckdb_views(self) -> DuckDBPyConnection:  # (in the class, `duckdb` is the method)
         """:meth:`duckdb` without checking the files (a failing query checks them)."""
         self._check_open()
         connection = _duckdb_connection()

@@ -150,7 +150,7 @@ def resolve(
                 _quiet(False)
                 parse_params(param)
                 assert pipeline_file is not None
-                pipeline = _load(pipeline_file, param)
+                pipeline = _load(pipeline_file, param, catalog, check_sources=False)
                 engine = EpochEngine(
                     pipeline=pipeline,
                     catalog=catalog,

@@ -363,34 +363,43 @@ def _maintenance(runner, catalog: Catalog, interval: float | None):
     )
 
 
-def _resolve_commands(table: str, epoch: int, invocation: str) -> str:
-    """The commands that resolve a blocked epoch, each working as printed: ``--quarantine``
-    loads the pipeline (the gate splits the rows), so it names the run's file and params."""
+def _resolve_commands(table: str, epoch: int, invocation: tuple[str, str]) -> str:
+    """The commands that resolve a blocked epoch, each working as printed (``invocation``:
+    the run's warehouse and catalog, its pipeline file and params): ``--quarantine`` loads
+    the pipeline (the gate splits the rows), so it names the run's file and params."""
+    where, loading = invocation
     command = f"etl resolve {table} {epoch}"
     return (
-        f"Resolve it with one of (--reason TEXT records why):\n  {command} --accept\n"
-        f"  {command} --skip\n  {command} --quarantine{invocation}"
+        f"Resolve it with one of (--reason TEXT records why):\n  {command} --accept{where}\n"
+        f"  {command} --skip{where}\n  {command} --quarantine{loading}{where}"
     )
 
 
 def _invocation(
     pipeline_file: Path, params: list[str], warehouse: Path, catalog_url: str | None
-) -> str:
-    """The run's pipeline file, params, warehouse and catalog as ``etl resolve`` takes them
-    (the catalog's password masked)."""
+) -> tuple[str, str]:
+    """The run's warehouse and catalog, and its pipeline file and params, as ``etl
+    resolve`` takes them (the catalog's password masked)."""
     from etl.config import scrub
 
-    words = ["--pipeline", str(pipeline_file)]
-    for item in params:
-        words += ["--param", item]
+    where: list[str] = []
     if warehouse != Path("warehouse"):
-        words += ["--warehouse", str(warehouse)]
+        where += ["--warehouse", str(warehouse)]
     if catalog_url is not None:
-        words += ["--catalog", scrub(catalog_url, catalog_url)]
-    return " " + " ".join(shlex.quote(word) for word in words)
+        where += ["--catalog", scrub(catalog_url, catalog_url)]
+    loading = ["--pipeline", str(pipeline_file)]
+    for item in params:
+        loading += ["--param", item]
+    return _shell_words(where), _shell_words(loading)
 
 
-def _report(result, runner, *, fmt: str, maintenance=None, invocation: str = "") -> None:
+def _shell_words(words: list[str]) -> str:
+    return "".join(" " + shlex.quote(word) for word in words)
+
+
+def _report(
+    result, runner, *, fmt: str, maintenance=None, invocation: tuple[str, str] = ("", "")
+) -> None:
     if fmt == "json":
         data = _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
         if maintenance is not None:

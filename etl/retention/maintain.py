@@ -284,6 +284,7 @@ def maintain(
                 )
             except DeltaIOError as exc:
                 entry.skipped.append(f"vacuum: {exc}")
+    report.tables.sort(key=lambda entry: entry.table)  # a dry run lists them as a run does
     return report
 
 

@@ -91,8 +91,7 @@ def test_block_resolve_failures_and_two_pipelines_in_one_warehouse(tmp_path):
     drop(drops, "a.json", [{"id": 1, "amount": 150.0}, {"id": None, "amount": 200.0}])
     first = etl(*run_shop, cwd=tmp_path)
     assert first.returncode == 4, first.stderr
-    assert "etl resolve orders 1 --accept\n" in first.stderr
-    assert "etl resolve orders 1 --skip\n" in first.stderr
+    assert f"etl resolve orders 1 --accept --warehouse {warehouse}\n" in first.stderr
     report = status_json(warehouse, tmp_path)
     orders = next(t for t in report["tables"] if t["table"] == "orders")
     assert orders["pipeline"] == "shop" and orders["blocked_epoch"] == 1
@@ -102,18 +101,12 @@ def test_block_resolve_failures_and_two_pipelines_in_one_warehouse(tmp_path):
     lineage = [t["table"] for t in report["tables"]][:3]
     assert lineage == ["orders", "orders_quarantine", "big_orders"]
 
-    # 2. Skip it: rolled back and sealed empty, recorded; no Spark needed.
-    skipped = etl(
-        "resolve",
-        "orders",
-        "1",
-        "--skip",
-        "--reason",
-        "bad export",
-        "--warehouse",
-        warehouse,
-        cwd=tmp_path,
-    )
+    # 2. Skip it, with the command the run printed: rolled back and sealed empty,
+    # recorded; no Spark needed.
+    (printed,) = [line for line in first.stderr.splitlines() if " --skip" in line]
+    etl_word, *printed_args = shlex.split(printed)
+    assert etl_word == "etl", printed
+    skipped = etl(*printed_args, "--reason", "bad export", cwd=tmp_path)
     assert skipped.returncode == 0, skipped.stderr
     assert "skipped" in skipped.stdout and "SKIP" in skipped.stdout
 
