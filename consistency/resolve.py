@@ -113,7 +113,10 @@ def resolve_snapshot(
         return _at_epoch(history, names, as_of_epoch)
     bound = None
     if as_of_time is not None:
-        at_time = history.epoch_at_or_before(as_of_time)
+        # Only the tables' own pipeline's epochs: another pipeline's barrier clock (event
+        # time, say) does not order this one's epoch ids.
+        (pipeline,) = groups
+        at_time = history.epoch_at_or_before(as_of_time, pipeline=pipeline or None)
         if at_time is None:
             raise NoEpochAtTimeError(as_of_time)
         bound = at_time.id

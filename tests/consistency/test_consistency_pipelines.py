@@ -220,3 +220,11 @@ def test_every_pipeline_is_at_its_newest_common_cut_at_or_before_t(history):
         assert cut.epoch == max(fit)
         assert cut.barrier_ts <= snap.aligned_at
     assert snap.aligned_at == min(latest.values())
+
+
+def test_as_of_time_of_one_pipeline_ignores_another_pipelines_barrier_clock():
+    # team_b's epoch 2 (barrier 4.9 s, event time) is issued before team_a's epoch 3
+    # (barrier 4 s): at 5 s, a_words is at 3, whatever team_b's epochs say.
+    history = two_teams({2: 4.9, 3: 4.0})
+    snap = resolve_snapshot(history, ["a_words"], as_of_time=at(5), pipelines=PIPELINES)
+    assert (snap.epoch, snap.barrier_ts, snap.pipelines) == (3, at(4), ())

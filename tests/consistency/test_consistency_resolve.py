@@ -67,7 +67,8 @@ class MemoryHistory:
     def states_at(self, tables, epoch):
         return {t: self.rows[t][epoch] for t in tables if epoch in self.rows.get(t, {})}
 
-    def epoch_at_or_before(self, ts):
+    def epoch_at_or_before(self, ts, *, pipeline=None):
+        assert pipeline is None  # the epochs here belong to no named pipeline
         index = bisect_right([e.barrier_ts for e in self.epochs], ts)
         return self.epochs[index - 1] if index else None
 
