@@ -71,7 +71,7 @@ class PipelinesHistory:
         fit = [
             e for e in self.epochs.values() if e.barrier_ts <= ts and pipeline in (None, e.pipeline)
         ]
-        return max(fit, key=lambda e: e.id, default=None)
+        return max(fit, key=lambda e: (e.barrier_ts, e.id), default=None)  # as the catalog
 
     def get_epoch(self, epoch):
         if epoch not in self.epochs:
@@ -223,8 +223,8 @@ def test_every_pipeline_is_at_its_newest_common_cut_at_or_before_t(history):
 
 
 def test_as_of_time_of_one_pipeline_ignores_another_pipelines_barrier_clock():
-    # team_b's epoch 2 (barrier 4.9 s, event time) is issued before team_a's epoch 3
-    # (barrier 4 s): at 5 s, a_words is at 3, whatever team_b's epochs say.
-    history = two_teams({2: 4.9, 3: 4.0})
-    snap = resolve_snapshot(history, ["a_words"], as_of_time=at(5), pipelines=PIPELINES)
+    # team_b's epoch 2 (barrier 4.4 s, event time) is issued before team_a's epoch 3
+    # (barrier 4 s): at 4.5 s, a_words is at 3, whatever team_b's epochs say.
+    history = two_teams({2: 4.4, 3: 4.0})
+    snap = resolve_snapshot(history, ["a_words"], as_of_time=at(4.5), pipelines=PIPELINES)
     assert (snap.epoch, snap.barrier_ts, snap.pipelines) == (3, at(4), ())
