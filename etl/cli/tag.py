@@ -105,10 +105,17 @@ def list_(
         print_json(records)
         return
     cells = [
-        [r["name"], r["epoch"], json.dumps(r["versions"], sort_keys=True), r["created_at"]]
+        [
+            r["name"],
+            r["pipeline"],
+            r["epoch"],
+            json.dumps(r["versions"], sort_keys=True),
+            r["created_at"],
+        ]
         for r in records
     ]
-    out.print(rows_table(["name", "epoch", "versions", "created_at"], cells, title="tags"))
+    columns = ["name", "pipeline", "epoch", "versions", "created_at"]
+    out.print(rows_table(columns, cells, title="tags"))
 
 
 @tag_app.command("delete")
