@@ -146,14 +146,14 @@ class UnsupportedTableFeatureError(EtlError):
 
 
 class SchemaMismatchError(EtlError):
-    """Rows to commit do not have the table's schema (nullability is ignored)."""
+    """Rows to commit differ from the table's schema in a way Delta cannot evolve in place
+    (nullability is ignored; new nullable columns are added, not refused)."""
 
     def __init__(self, table: str, expected: Mapping[str, str], got: Mapping[str, str]):
         self.table = table
         self.expected = dict(expected)
         self.got = dict(got)
         missing = [c for c in self.expected if c not in self.got]
-        extra = [c for c in self.got if c not in self.expected]
         changed = [
             f"{c}: {self.expected[c]} -> {self.got[c]}"
             for c in self.expected
@@ -162,16 +162,16 @@ class SchemaMismatchError(EtlError):
         details = "; ".join(
             part
             for part in (
-                f"missing columns {missing}" if missing else "",
-                f"unexpected columns {extra}" if extra else "",
+                f"missing columns {missing} (dropped or renamed)" if missing else "",
                 f"changed types {changed}" if changed else "",
             )
             if part
         )
         super().__init__(
-            f"schema mismatch for Delta table {table!r}: {details}. The table has "
-            f"{self.expected}, the rows have {self.got}; make the job produce the table's "
-            "schema (or recompute the table into a new location)"
+            f"schema change for Delta table {table!r} that Delta cannot make in place: "
+            f"{details}. The table has {self.expected}, the rows have {self.got}. New "
+            "nullable columns are added in place; for any other change make the job produce "
+            "the table's columns and types again, or write the changed output to a new table"
         )
 
 

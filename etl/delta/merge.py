@@ -36,6 +36,7 @@ from etl.delta.write import (
     SMALL_OUTPUT_ROWS,
     DataFile,
     DeletedRows,
+    added_columns,
     collect_small,
     write_arrow,
     write_files,
@@ -44,7 +45,6 @@ from etl.errors import (
     DeltaIOError,
     DuplicateMergeKeyError,
     InvalidWriteOptionError,
-    SchemaMismatchError,
 )
 
 if TYPE_CHECKING:
@@ -127,11 +127,11 @@ def merge_files(
         rewrite_all_bytes = REWRITE_ALL_BYTES
     table = open_table(location, version=version, operation="merge")
     check_supported(table, location)
-    schema = spark_schema(table)
-    expected = {f.name: f.dataType.simpleString() for f in schema.fields}
-    got = {f.name: f.dataType.simpleString() for f in updates.schema.fields}
-    if expected != got:
-        raise SchemaMismatchError(location, expected, got)
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    expected = [f.name for f in spark_schema(table).fields]
+    # New nullable columns evolve the table; the table's rows read them as null.
+    added = added_columns(table, location, to_arrow_schema(updates.schema, timezone="UTC"))
     if not keys or any(k not in expected for k in keys):
         raise InvalidWriteOptionError(
             table=location,
@@ -159,7 +159,8 @@ def merge_files(
         location=location,
         table=table,
         files=active_files(table),
-        names=list(expected),
+        names=[*expected, *(f.name for f in added)],
+        added=tuple(f.name for f in added),
         keys=list(keys),
         partition_by=tuple(partition_by),
         file_prefix=file_prefix,
@@ -186,6 +187,9 @@ class _Merge:
     table: DeltaTable
     files: list[ActiveFile]
     names: list[str]
+    """The merged rows' columns: the table's, then ``added``."""
+    added: tuple[str, ...]
+    """Columns the updates add to the table (its rows have them as null)."""
     keys: list[str]
     partition_by: tuple[str, ...]
     file_prefix: str
@@ -229,7 +233,12 @@ class _Merge:
         # Every column optional, as write_arrow writes them; the table's rows in the
         # updates' types (delta-rs may give string views or dictionary partition values).
         schema = pa.schema([f.with_nullable(True) for f in rows.schema])
-        current = arrow_rows(self.table, self.location).select(self.names).cast(schema)
+        current = arrow_rows(self.table, self.location)
+        for name in self.added:
+            current = current.append_column(
+                name, pa.nulls(current.num_rows, schema.field(name).type)
+            )
+        current = current.select(self.names).cast(schema)
         # Only the keys and a row number go through the join (Arrow joins no nested
         # columns); null keys match nothing (SQL equality), as in Arrow's hash join.
         numbered = current.select(self.keys).append_column(
@@ -270,10 +279,18 @@ class _Merge:
             touched = self.touched_files(update_keys)
             merged = rows
             if touched:
+                types = {f.name: f.dataType for f in rows.schema.fields}
                 kept = (
                     scan(self.spark, self.location, self.table, touched)
                     .join(update_keys, on=self.keys, how="left_anti")
-                    .select(*columns)
+                    .select(
+                        *[
+                            F.lit(None).cast(types[name]).alias(name)
+                            if name in self.added
+                            else F.col(f"`{name}`")
+                            for name in self.names
+                        ]
+                    )
                 )
                 merged = kept.unionAll(rows)
             small = (

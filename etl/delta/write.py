@@ -513,11 +513,37 @@ def _column_types(schema_json: str) -> dict[str, str]:
     }
 
 
-def _check_schema(table: DeltaTable, location: str, schema: pa.Schema) -> None:
+def added_columns(table: DeltaTable, location: str, schema: pa.Schema) -> list[pa.Field]:
+    """The columns of rows of ``schema`` that the table does not have yet, as nullable
+    fields: the schema change Delta makes in place (the commit that brings them adds them
+    to the table's schema; versions before it keep theirs, and their files read the new
+    columns as null). Any other difference (a column the rows lack, a changed type) is
+    SchemaMismatchError, naming it."""
     expected = _column_types(table.schema().to_json())
     got = _column_types(Schema.from_arrow(schema).to_json())
-    if expected != got:
+    if any(got.get(column) != kind for column, kind in expected.items()):
         raise SchemaMismatchError(location, expected, got)
+    return [schema.field(column).with_nullable(True) for column in got if column not in expected]
+
+
+def _evolved_metadata(table: DeltaTable, added: Sequence[pa.Field]) -> dict:
+    """The metaData action of ``table`` with ``added`` appended to its schema (Delta
+    protocol, "Change Metadata": a new nullable column needs no other action)."""
+    metadata = table.metadata()
+    schema = json.loads(table.schema().to_json())
+    schema["fields"] += json.loads(Schema.from_arrow(pa.schema(added)).to_json())["fields"]
+    return {
+        "metaData": {
+            "id": metadata.id,
+            "name": metadata.name,
+            "description": metadata.description,
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": json.dumps(schema),
+            "partitionColumns": list(metadata.partition_columns),
+            "configuration": dict(metadata.configuration),
+            "createdTime": metadata.created_time,
+        }
+    }
 
 
 def _remove_actions(
@@ -810,21 +836,28 @@ def commit_files(
         else:
             first_read = table.version()
         fence.require_claimed(table, location)
-        _check_schema(table, location, schema)
+        added = added_columns(table, location, schema)
         if list(partition_by) != list(table.metadata().partition_columns):
             raise InvalidWriteOptionError(
                 table=location,
                 option="partition_by",
                 reason=f"{list(partition_by)} differs from the table's partition columns "
-                f"{table.metadata().partition_columns}",
+                f"{table.metadata().partition_columns}; Delta cannot repartition a table in "
+                "place: keep its partition columns, or write the new layout to a new table",
             )
-        if deletes or (removes and has_deletion_vectors(table)):
+        # delta-rs' write transactions carry no metadata change: a commit that adds columns
+        # is our own, like one that sets deletion vectors.
+        if added or deletes or (removes and has_deletion_vectors(table)):
+            replaced = (
+                list(active_adds(location, table.version())) if mode == "overwrite" else removes
+            )
             try:
                 _commit_own(
                     location,
                     version=table.version() + 1,
-                    actions=_file_actions(
-                        location, table.version(), removes, deletes, data_change=data_change
+                    actions=[_evolved_metadata(table, added)] * bool(added)
+                    + _file_actions(
+                        location, table.version(), replaced, deletes, data_change=data_change
                     ),
                     files=files,
                     data_change=data_change,
@@ -1123,6 +1156,7 @@ __all__ = [
     "DataFile",
     "DeletedRows",
     "Fence",
+    "added_columns",
     "claim_table",
     "collect_small",
     "commit_files",

@@ -277,7 +277,7 @@ class EpochWriter:
             written, table=table, version=version, rows=written.rows_of(table) + prepared.rows
         )
         maybe_crash("after_processed", job=job.name, epoch=batch.last)
-        if info.schema_json is None:
+        if info.schema_json is None or _adds_columns(info.schema_json, prepared.schema):
             from deltalake import DeltaTable
 
             self.catalog.update_table_schema(table, DeltaTable(info.location).schema().to_json())
@@ -370,6 +370,15 @@ class EpochWriter:
         ):
             return written.committed(table, version=version, rows=state.rows or 0)
         return self.record(written, table=table, version=version, rows=written.rows_of(table))
+
+
+def _adds_columns(schema_json: str, rows: pa.Schema) -> bool:
+    """Whether rows of ``rows`` have columns the recorded table schema lacks (the commit
+    evolved the table)."""
+    import json
+
+    known = {f["name"] for f in json.loads(schema_json).get("fields", [])}
+    return any(name not in known for name in rows.names)
 
 
 def current_version(catalog: Catalog, table: str) -> int:

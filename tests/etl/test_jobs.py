@@ -191,24 +191,28 @@ def test_bad_output_columns_are_refused(tmp_path, spark, query, problem):
     assert problem in failure.error and "job 'bad'" in failure.error
 
 
-def test_changed_output_schema_is_refused_with_both_schemas(tmp_path, spark):
+def test_an_added_column_evolves_the_table_and_a_dropped_one_is_refused(tmp_path, spark):
     pipeline = orders_pipeline(tmp_path / "incoming")
-    state = {"extra": False}
+    state = {"note": False}
 
     @pipeline.job("shape", output="shape", inputs=["orders"])
     def shape(ctx):
         frame = ctx["orders"].select("id")
-        return frame.withColumn("note", F.lit("x")) if state["extra"] else frame
+        return frame.withColumn("note", F.lit("x")) if state["note"] else frame
 
     env = Env(tmp_path, spark, pipeline)
     env.drop([{"id": 1, "customer": "a", "amount": 1.0}])
     assert env.runner.run_once().ok
-    state["extra"] = True
+    state["note"] = True  # a new nullable column: the table evolves with epoch 2
     env.drop([{"id": 2, "customer": "a", "amount": 1.0}])
+    assert env.runner.run_once().ok
+    assert env.rows("shape", "id", "note") == [(1, None), (2, "x")]
+    state["note"] = False  # a dropped column: Delta cannot make it in place
+    env.drop([{"id": 3, "customer": "a", "amount": 1.0}])
     (failure,) = env.runner.run_once().failures
     assert isinstance(failure.exception, OutputSchemaError)
-    assert "note" in failure.error and failure.epoch == 2
-    assert env.catalog.table_epoch("shape", 2) is None
+    assert "note" in failure.error and "in place" in failure.error and failure.epoch == 3
+    assert env.catalog.table_epoch("shape", 3) is None
 
 
 def test_pipeline_definition_errors():
