@@ -63,8 +63,8 @@ class Catalog(ABC):
         A root or derived table's ``first_epoch`` is the next epoch to be issued (in any
         pipeline). Creates the table's pipeline if it is new. Registering a retired table
         again (same definition) revives it: ``retired_at`` is cleared. Raises
-        TableConflictError if it exists with another location, kind, partitioning or
-        pipeline.
+        NameOwnedError if another pipeline registered it, TableConflictError if it exists
+        with another location, kind or partitioning.
         """
 
     @abstractmethod
@@ -106,8 +106,8 @@ class Catalog(ABC):
 
         Every input and output must belong to the job's pipeline (PipelineMismatchError
         naming job, table and both pipelines: a foreign pipeline's table can only be read
-        as a source) and be active (RetiredError). Registering a retired job again
-        revives it.
+        as a source) and be active (RetiredError). A job or source name another pipeline
+        owns is refused (NameOwnedError). Registering a retired job again revives it.
         """
 
     @abstractmethod
