@@ -116,15 +116,25 @@ class UnknownPipelineError(RegistrationError):
 class PipelineMismatchError(RegistrationError):
     """A job may only read and write tables of its own pipeline."""
 
-    def __init__(self, *, job: str, table: str, job_pipeline: str, table_pipeline: str, role: str):
+    def __init__(
+        self,
+        *,
+        job: str,
+        table: str,
+        job_pipeline: str,
+        table_pipeline: str,
+        role: str,
+        location: str | None = None,
+    ):
         self.job = job
         self.table = table
         self.job_pipeline = job_pipeline
         self.table_pipeline = table_pipeline
         self.role = role
+        path = repr(location) if location else "<its location>"
         hint = (
             f"; read it as a source instead: etl.sources.delta_table.DeltaTableSource("
-            f"'{table}', path=<its location>) (epochs are issued per catalog, so pipeline "
+            f"'{table}', path={path}) (epochs are issued per catalog, so pipeline "
             f"{job_pipeline!r} would wait forever for epochs of pipeline {table_pipeline!r})"
             if role == "input"
             else ""

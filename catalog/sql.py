@@ -873,8 +873,8 @@ class SqlCatalog(Catalog):
         registered (it can only be read as a source)."""
         t = tables_table
         for spec in jobs:
-            for table, owner in conn.execute(
-                sa.select(t.c.name, t.c.pipeline).where(
+            for table, owner, location in conn.execute(
+                sa.select(t.c.name, t.c.pipeline, t.c.location).where(
                     t.c.name.in_(spec.inputs), t.c.pipeline != spec.pipeline
                 )
             ):
@@ -884,6 +884,7 @@ class SqlCatalog(Catalog):
                     job_pipeline=spec.pipeline,
                     table_pipeline=owner,
                     role="input",
+                    location=location,
                 )
 
     def _refuse_foreign_names(
@@ -1029,6 +1030,7 @@ class SqlCatalog(Catalog):
                     job_pipeline=spec.pipeline,
                     table_pipeline=row.pipeline,
                     role=role,
+                    location=row.location,
                 )
             if row.retired_at is not None:
                 raise RetiredError(

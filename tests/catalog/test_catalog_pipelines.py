@@ -306,7 +306,7 @@ def test_a_table_of_another_pipeline_is_no_input(catalog):
                 JobSpec("join", "b_joined", inputs=("b_words", "a_words")),
             ],
         )
-    assert "DeltaTableSource" in str(raised.value)
+    assert "DeltaTableSource('a_words', path='/w/a_words')" in str(raised.value)
     with pytest.raises(PipelineMismatchError):
         catalog.check_registration(
             "team_b", [TableSpec("b", "/w/b")], [JobSpec("join", "b", inputs=("a_words",))]
