@@ -136,6 +136,7 @@ def status_view(report):
             ]
         )
     notes = []
+    runs: dict[tuple[str, str, str], list[str]] = {}  # one note per run: its jobs
     for r in report.tables:
         if r.blocked and r.resolve:
             notes.append(Text(f"blocked: {r.table}: {r.blocked}. Resolve: {r.resolve}"))
@@ -154,18 +155,9 @@ def status_view(report):
             )
         if r.running and r.lease_owner:
             until = f"{r.lease_expires_at:%H:%M:%S}" if r.lease_expires_at else "-"
-            takeover = {
-                "dead": "; its process is gone: the next `etl run` or `etl recover` takes "
-                "it over at once",
-                "unknown": "; on another host: if that run died, the next `etl run` takes "
-                f"it over when the lease lapses at {until}",
-            }.get(r.owner_alive or "", "")
-            notes.append(
-                Text(
-                    f"running: job {r.writer_job} by {r.lease_owner} ({r.owner_alive}), "
-                    f"lease until {until}{takeover}",
-                )
-            )
+            jobs = runs.setdefault((r.lease_owner, r.owner_alive or "", until), [])
+            if r.writer_job not in jobs:
+                jobs.append(r.writer_job)
         if r.orphaned:
             notes.append(
                 Text(
@@ -180,6 +172,19 @@ def status_view(report):
                     f"if the pipeline file no longer declares it: {r.stale_job}",
                 )
             )
+    for (owner, alive, until), jobs in runs.items():
+        takeover = {
+            "dead": "; its process is gone: the next `etl run` or `etl recover` takes it over "
+            "at once",
+            "unknown": "; on another host: if that run died, the next `etl run` takes it over "
+            f"when the lease lapses at {until}",
+        }.get(alive, "")
+        notes.append(
+            Text(
+                f"running: job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)} by {owner} "
+                f"({alive or 'unknown'}), lease until {until}{takeover}"
+            )
+        )
     seen = set()
     unique_notes = []
     for note in notes:
