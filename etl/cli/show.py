@@ -282,6 +282,12 @@ def epochs(
             for failure in catalog.failures(job=writer, limit=500):
                 if failure.epoch is not None:
                     failed.setdefault(failure.epoch, []).append(failure)
+        if missing := set(failed) - set(barrier):  # failed epochs with no state of their own
+            barrier |= {
+                e.id: e.barrier_ts
+                for e in catalog.epochs(after=min(missing) - 1)
+                if e.id in missing
+            }
     records: list[dict[str, Any]] = [
         {
             "epoch": s.epoch,
@@ -325,7 +331,7 @@ def epochs(
                     "catch_up": None,
                     "failed_expectations": None,
                     "validation": None,
-                    "barrier_ts": None,
+                    "barrier_ts": ts.isoformat() if (ts := barrier.get(epoch)) else None,
                     "updated_at": items[0].failed_at.isoformat() if items[0].failed_at else None,
                     "failures": [_failure_json(f) for f in items],
                     "resolution": None,
