@@ -480,8 +480,16 @@ class Runner:
             failure = self._record_failure(job, epoch, exc, attempt)
             stopped.add(job.name)
             policy = self.retry
-            if policy is None or policy.spent(count) or (stop is not None and stop.is_set()):
-                if policy is not None and policy.spent(count):
+            # Keeping going lasts while the run opens epochs; a run that is finishing
+            # (--max-epochs reached, a run once) retries no more than the policy's count.
+            stopping = stop is not None and stop.is_set()
+            spent = (
+                policy is not None
+                and not stopping
+                and (policy.spent(count) or (not opening() and count > policy.retries))
+            )
+            if policy is None or spent or stopping:
+                if spent:
                     failure = replace(failure, retries_spent=True)
                     giving_up = True
                 failures.append(failure)

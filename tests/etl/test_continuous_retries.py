@@ -7,6 +7,7 @@ epoch and cause. Every failed attempt is on record in the catalog."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -91,3 +92,46 @@ def test_a_transient_failure_heals_and_spent_retries_end_the_run(tmp_path: Path)
     assert len(epochs) < 500
     reader = snapshot(catalog, ["flaky_out"], "read-committed")
     assert sorted(reader.pandas("flaky_out")["value"]) == ["x", "y"]
+
+
+def test_keep_going_retries_while_epochs_open_and_the_other_jobs_go_on(tmp_path, spark):
+    from catalog import EpochState
+    from etl import FileSource, Pipeline, Runner
+
+    drops = tmp_path / "drops"
+    drops.mkdir()
+    (drops / "1.txt").write_text("x\n")
+    pipeline = Pipeline("going")
+    pipeline.ingest("ingest", source=FileSource("drops", path=drops), output="lines")
+
+    @pipeline.job("broken", output="broken_out", inputs=["lines"])
+    def broken(ctx):
+        raise RuntimeError("permanent trouble")
+
+    catalog = load_catalog(None, warehouse=tmp_path / "wh")
+    runner = Runner(
+        pipeline,
+        catalog=catalog,
+        warehouse=str(tmp_path / "wh"),
+        spark=spark,
+        retry=RetryPolicy(
+            retries=1, backoff_seconds=0.05, max_backoff_seconds=0.05, keep_going=True
+        ),
+    )
+    stop = threading.Event()
+
+    def stop_after_three_failures() -> None:
+        deadline = time.monotonic() + 180
+        while len(catalog.failures(job="broken")) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stop.set()
+
+    watcher = threading.Thread(target=stop_after_three_failures, daemon=True)
+    watcher.start()
+    result = runner.run_continuous(epoch_interval=0.5, stop=stop)
+    # Past its one retry the job was still retried (the run did not give up) until stopped.
+    assert len(catalog.failures(job="broken")) >= 3
+    assert result.failures and {f.job for f in result.failures} == {"broken"}
+    assert not any(f.retries_spent for f in result.failures)
+    last = result.epochs_opened[-1].id
+    assert catalog.table_epoch("lines", last).state is EpochState.WRITTEN  # the others go on
