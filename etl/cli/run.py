@@ -137,9 +137,9 @@ def run(
         bool,
         typer.Option(
             "--keep-going",
-            help="Never give up: retry a failing job at the longest backoff until the run "
-            "is stopped (the other jobs go on), instead of exiting 1 once its retries are "
-            "spent.",
+            help="Do not give up: retry a failing job (backoff capped) for as long as the "
+            "run opens epochs (the other jobs go on), instead of exiting 1 once its "
+            "retries are spent.",
         ),
     ] = False,
     format: Annotated[
