@@ -17,12 +17,11 @@ parameter and what to do:
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from catalog import UnknownTableError
 from etl.errors import (
     MissingParamError,
     PipelineDefinitionError,
@@ -108,7 +107,7 @@ def validate_pipeline(
 ) -> list[Problem]:
     """Every problem of a loaded pipeline. ``catalog``: looked up (read-only) for input
     tables no job of the pipeline writes; without one, those are problems."""
-    registered = _registered(catalog)
+    registered = {t.name for t in catalog.list_tables()} if catalog is not None else set()
     problems = declaration_problems(pipeline, registered)
     if check_sources:
         problems += source_problems(pipeline)
@@ -139,10 +138,10 @@ def param_problems(
     return problems
 
 
-def declaration_problems(pipeline: Pipeline, registered: Callable[[str], bool]) -> list[Problem]:
+def declaration_problems(pipeline: Pipeline, registered: Collection[str]) -> list[Problem]:
     """What the pipeline declares that cannot run together: inputs, SQL reads, write
-    modes and keys, writers, sources, gates, cycles. ``registered``: whether the catalog
-    knows a table."""
+    modes and keys, writers, sources, gates, cycles. ``registered``: the tables the
+    catalog knows (active ones, of every pipeline)."""
     from etl.reader import tables_in_sql
 
     problems: list[Problem] = []
@@ -172,8 +171,8 @@ def declaration_problems(pipeline: Pipeline, registered: Callable[[str], bool]) 
             readers.setdefault(job.source.name, []).append(job.name)
         declared = [item.table for item in job.inputs]
         for table in declared:
-            if table not in own and not registered(table):
-                close = _closest(table, own)
+            if table not in own and table not in registered:
+                close = _closest(table, own) or _closest(table, registered)
                 problems.append(
                     Problem(
                         "job",
@@ -251,20 +250,6 @@ def source_problems(pipeline: Pipeline) -> list[Problem]:
         if problem is not None:
             problems.append(Problem("source", job.source.name, f"(job {job.name!r}) {problem}"))
     return problems
-
-
-def _registered(catalog: Catalog | None) -> Callable[[str], bool]:
-    if catalog is None:
-        return lambda table: False
-
-    def known(table: str) -> bool:
-        try:
-            catalog.get_table(table)
-        except UnknownTableError:
-            return False
-        return True
-
-    return known
 
 
 def _closest(name: str, candidates: Iterable[str]) -> str | None:

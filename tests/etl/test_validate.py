@@ -119,6 +119,11 @@ def test_an_input_registered_in_the_catalog_is_known(tmp_path, drops, backend, r
     assert any("input 'stopwords'" in m for m in messages(file, {"dir": str(drops)}, catalog))
     catalog.register_table(TableSpec(name="stopwords", location=str(tmp_path / "sw")))
     assert messages(file, {"dir": str(drops)}, catalog) == []
+    typo = chain(tmp_path, inputs='"lines", "stopwrds"', query="SELECT * FROM lines", name="t")
+    assert any(
+        "input 'stopwrds'" in m and "did you mean 'stopwords'?" in m
+        for m in messages(typo, {"dir": str(drops)}, catalog)
+    )
 
 
 def test_a_kafka_topic_that_does_not_exist(tmp_path, kafka_bootstrap):
