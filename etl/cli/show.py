@@ -146,11 +146,11 @@ def status_view(report):
             and not r.retired
             and (r.written_at is None or failure["failed_at"] > r.written_at)
         ):
+            # The recorded message names the job and the epoch (or recovery) already.
             notes.append(
                 Text(
-                    f"failed: job {r.writer_job} epoch {failure['epoch']} attempt "
-                    f"{failure['attempt']} at {failure['failed_at']:%Y-%m-%d %H:%M:%S}: "
-                    f"{failure['message']}",
+                    f"failed: {failure['message']} (attempt {failure['attempt']}, "
+                    f"{failure['failed_at']:%Y-%m-%d %H:%M:%S})",
                 )
             )
         if r.running and r.lease_owner:

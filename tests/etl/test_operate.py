@@ -600,7 +600,9 @@ def test_status_json_against_a_scripted_history(tmp_path):
     table = etl("status", "--warehouse", warehouse, cwd=tmp_path, COLUMNS="100")
     assert table.returncode == 0, table.stderr
     assert "pipeline p: 3 tables, not running" in table.stdout
-    assert "failed: job roll epoch 2 attempt 1" in table.stdout
+    # The job and epoch once, as the recorded message says them, then attempt and time.
+    assert "failed: job 'roll' failed at epoch 2: boom (attempt 1, " in table.stdout
+    assert table.stdout.count("epoch 2:") == 1
     assert "etl retire job old" in table.stdout
     retired = etl("retire", "job", "old", "--warehouse", warehouse, cwd=tmp_path)
     assert retired.returncode == 0, retired.stderr
