@@ -5,6 +5,7 @@ an idle epoch, and the first batch of a new run (the code may have changed), are
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from etl import EpochContext, FileSource, Pipeline, Runner
 from etl.delta import log_commits, table_version
 from etl.reader import snapshot
 from etl.retention.maintain import maintain
+from tests.support.cli_runner import etl
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -73,6 +75,16 @@ def test_idle_epochs_leave_every_version_unchanged(tmp_path, spark):
     assert rows(catalog, "counts", as_of_epoch=last_idle) == rows(
         catalog, "counts", as_of_epoch=first
     )
+    listed = etl(
+        "epochs", "counts", "--warehouse", tmp_path / "wh", "--format", "json", cwd=tmp_path
+    )
+    shared = [
+        (r["epoch"], r["state"], r["retention"])
+        for r in json.loads(listed.stdout)
+        if r["delta_version"] == after_first["counts"]
+    ]
+    idle_ids = [r.epochs_opened[0].id for r in idle]
+    assert shared == [(e, "WRITTEN", "retained") for e in (first, *idle_ids)], listed.stdout
 
     # The negative: an epoch with new input rows commits, and reads see them.
     (incoming / "2.txt").write_text("c\na\n")
