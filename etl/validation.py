@@ -17,12 +17,13 @@ parameter and what to do:
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from etl.errors import (
+    DeltaBarrierError,
     MissingParamError,
     PipelineDefinitionError,
     PipelineInvalidError,
@@ -87,19 +88,37 @@ def validate_file(
 ) -> Validation:
     """Load the pipeline file with ``params`` and validate it. A file that cannot be loaded
     at all (no such file, a syntax error, an exception) raises PipelineLoadError."""
-    from etl.loader import load_pipeline
-
-    missing: str | None = None
-    pipeline: Pipeline | None = None
-    with params_read() as read:
-        try:
-            pipeline = load_pipeline(path, params)
-        except MissingParamError as exc:
-            missing = exc.key
+    pipeline, read, missing = _load_reading_params(path, params)
     problems = param_problems(params, read, missing=missing)
     if pipeline is not None:
         problems += validate_pipeline(pipeline, catalog=catalog, check_sources=check_sources)
     return Validation(path=str(path), pipeline=pipeline, problems=tuple(problems))
+
+
+def _load_reading_params(
+    path: str | Path, params: Mapping[str, str]
+) -> tuple[Pipeline | None, set[str] | None, list[str]]:
+    """The pipeline (None when a required parameter is missing), the parameters the file
+    reads (None when that cannot be told) and the required ones missing.
+
+    Loading stops at the first missing parameter, so the file is loaded again with a
+    stand-in (an empty string) for each one missing, to learn the others; a stand-in the
+    file cannot take (it fails otherwise) leaves what it reads after it unknown."""
+    from etl.loader import load_pipeline
+
+    missing: list[str] = []
+    while True:
+        with params_read() as read:
+            try:
+                pipeline = load_pipeline(path, {**params, **dict.fromkeys(missing, "")})
+            except MissingParamError as exc:
+                missing.append(exc.key)
+                continue
+            except DeltaBarrierError:
+                if not missing:
+                    raise
+                return None, None, missing
+        return (None if missing else pipeline), read, missing
 
 
 def validate_pipeline(
@@ -115,12 +134,13 @@ def validate_pipeline(
 
 
 def param_problems(
-    given: Mapping[str, str], read: Collection[str], *, missing: str | None = None
+    given: Mapping[str, str], read: Collection[str] | None, *, missing: Sequence[str] = ()
 ) -> list[Problem]:
-    """``--param`` names the file does not read (with the closest it does), and the
-    required one it stopped at (loading stops at the first missing parameter)."""
+    """``--param`` names the file does not read (with the closest it does; none when
+    ``read`` is unknown), and the required ones missing."""
     problems = []
-    for key in sorted(set(given) - set(read)):
+    read = set(read) if read is not None else set(given)
+    for key in sorted(set(given) - read):
         close = _closest(key, set(read) - set(given)) or _closest(key, read)
         hint = f"did you mean {close!r}?" if close else None
         declared = ", ".join(sorted(read)) or "none"
@@ -133,8 +153,8 @@ def param_problems(
                 + f" (the file reads: {declared})",
             )
         )
-    if missing is not None:
-        problems.append(Problem("param", missing, f"required: pass --param {missing}=VALUE"))
+    for key in missing:
+        problems.append(Problem("param", key, f"required: pass --param {key}=VALUE"))
     return problems
 
 

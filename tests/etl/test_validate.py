@@ -84,6 +84,34 @@ def test_param_typo_says_did_you_mean_and_still_reports_the_missing_one(tmp_path
     ]
 
 
+def test_every_missing_param_is_reported_and_a_param_read_after_one_is_known(tmp_path):
+    file = tmp_path / "two.py"
+    file.write_text(
+        """
+from etl import FileSource, Pipeline, param
+
+pipeline = Pipeline("two")
+source = FileSource("drops", path=param("dir"), format=param("fmt", "text"))
+pipeline.ingest("ingest", source=source, output=param("table"))
+"""
+    )
+    # 'table' is read after the missing 'dir': it is known, and a typo of it is not.
+    assert messages(file, {"table": "t", "tble": "t"}) == [
+        "param 'tble': unknown param 'tble', did you mean 'table'? (the file reads: dir, "
+        "fmt, table)",
+        "param 'dir': required: pass --param dir=VALUE",
+    ]
+    assert messages(file, {}) == [
+        "param 'dir': required: pass --param dir=VALUE",
+        "param 'table': required: pass --param table=VALUE",
+    ]
+    # An empty stand-in the file cannot take (an empty format) leaves what it reads after
+    # it unknown: no --param is called unknown then.
+    assert messages(file, {"fmt": "", "tble": "t"}) == [
+        "param 'dir': required: pass --param dir=VALUE",
+    ]
+
+
 def test_write_modes_writers_sources_and_gates(tmp_path, drops):
     file = tmp_path / "p.py"
     file.write_text(
