@@ -11,7 +11,9 @@ parameter and what to do:
   output, its previous state);
 - write modes and keys: keys go with merge, no table has two writer jobs, no source is
   read by two jobs, gates guard tables of the pipeline, the lineage has no cycle;
-- sources can be reached (:meth:`etl.sources.base.Source.unreachable`).
+- sources can be reached (:meth:`etl.sources.base.Source.unreachable`);
+- registration (``etl validate`` with a catalog; ``etl run`` checks it itself): no name
+  another pipeline owns, no input table of another pipeline.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from etl.errors import (
     PipelineDefinitionError,
     PipelineInvalidError,
     SqlTablesError,
+    UsageError,
 )
 from etl.pipeline import Pipeline, params_read
 
@@ -131,6 +134,21 @@ def validate_pipeline(
     if check_sources:
         problems += source_problems(pipeline)
     return problems
+
+
+def registration_problems(pipeline: Pipeline, catalog: Catalog, warehouse: str) -> list[Problem]:
+    """What registering the pipeline in ``catalog`` would refuse (checked read-only, as
+    ``etl run`` checks it before Spark starts): a job, source or table name another
+    pipeline owns, an input table of another pipeline, a table location that already holds
+    a Delta table."""
+    from catalog import RegistrationError
+    from etl.registration import check_registration
+
+    try:
+        check_registration(catalog, pipeline, warehouse)
+    except (RegistrationError, UsageError) as exc:
+        return [Problem("pipeline", pipeline.name, str(exc))]
+    return []
 
 
 def param_problems(
@@ -282,6 +300,7 @@ __all__ = [
     "Validation",
     "declaration_problems",
     "param_problems",
+    "registration_problems",
     "source_problems",
     "validate_file",
     "validate_pipeline",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -30,18 +31,21 @@ def validate(
 
     Checks the parameters (with "did you mean"), that every input table is written by a
     job of the pipeline or registered in the catalog, that a SQL job reads only its
-    inputs, write modes and keys, and that the sources can be reached. Starts no Spark
-    and writes nothing; `etl run` runs the same checks first.
+    inputs, write modes and keys, that the sources can be reached, and that no job,
+    source or table name (nor an input table) belongs to another pipeline. Starts no
+    Spark and writes nothing; `etl run` runs the same checks first.
 
     Exit codes: 0 valid, 2 problems (each names its job, table, source or parameter).
 
     Example: etl validate examples/wordcount/pipeline.py --param input_dir=./incoming
     """
-    from etl.validation import validate_file
+    from etl.validation import registration_problems, validate_file
 
-    validation = validate_file(
-        pipeline_file, parse_params(param), catalog=existing_catalog(warehouse, catalog_url)
-    )
+    known = existing_catalog(warehouse, catalog_url)
+    validation = validate_file(pipeline_file, parse_params(param), catalog=known)
+    if validation.ok and known is not None:
+        refused = registration_problems(validation.checked(), known, str(warehouse.resolve()))
+        validation = replace(validation, problems=(*validation.problems, *refused))
     if format == TableOrJson.JSON:
         print_json(validation.to_json())
         raise typer.Exit(0 if validation.ok else 2)
