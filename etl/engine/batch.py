@@ -37,6 +37,7 @@ from etl.delta import (
     read_table,
     table_version,
 )
+from etl.delta.layout import normalize_location
 from etl.delta.maintenance import same_rows_version
 from etl.engine.audit import audit
 from etl.engine.commit import (
@@ -56,7 +57,7 @@ from etl.errors import (
 )
 from etl.faults import maybe_crash
 from etl.pipeline import EpochContext, Job, Pipeline
-from etl.sources.base import SliceRequest
+from etl.sources.base import SealedTable, SliceRequest
 from etl.spark import SMALL_BATCH_BYTES, configure_small_batch
 
 log = logging.getLogger(__name__)
@@ -437,6 +438,7 @@ class EpochEngine:
                 previous_bounds=previous_bounds,
                 catch_up=catch_up,
                 recorded=self._slice_history(source),
+                sealed=self._sealed_table_at(job.source.table_location),
             )
         )
         recorded_slice = self.catalog.record_slice(
@@ -449,6 +451,17 @@ class EpochEngine:
         )
         maybe_crash("after_slice_recorded", job=job.name, epoch=batch.last)
         return recorded_slice.bounds
+
+    def _sealed_table_at(self, location: str | None) -> SealedTable | None:
+        """The table of the catalog at ``location`` and its newest sealed version, or None
+        when no table of the catalog is there (a foreign table)."""
+        if location is None:
+            return None
+        for table in self.catalog.list_tables(include_retired=True):
+            if normalize_location(table.location) == location:
+                written = self.catalog.latest_written([table.name]).get(table.name)
+                return SealedTable(table.name, written.delta_version if written else None)
+        return None
 
     def _input_versions(self, job: Job, batch: EpochBatch) -> dict[str, tuple[str, int]]:
         """Each input's location and the Delta version its epoch ``batch.last`` is sealed at."""

@@ -18,6 +18,15 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class SealedTable:
+    """A table of the catalog a source reads, and the Delta version of its newest WRITTEN
+    epoch (None: nothing sealed yet)."""
+
+    table: str
+    version: int | None
+
+
+@dataclass(frozen=True)
 class SliceRequest:
     """Cut the slice of epochs ``first_epoch``..``epoch`` (one batch) of a source."""
 
@@ -32,6 +41,11 @@ class SliceRequest:
     )
     """The bounds of the source's slices recorded after an epoch, oldest first (a source
     that must know everything it ever took, such as a directory of files, asks for them)."""
+    sealed: SealedTable | None = None
+    """Set when the source's :attr:`Source.table_location` is the location of a table of
+    this catalog: the slice must not read beyond its sealed version (a version after it
+    may hold rows of an epoch its pipeline has not sealed, which a recovery may still roll
+    back). None for every other source."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,9 @@ class Source(ABC):
     name: str
     produces_rejects: bool = False
     """True if ``read`` returns rejects: the job then also writes a rejects table."""
+    table_location: str | None = None
+    """The normalized location of the Delta table the source reads, if it reads one: when
+    a table of the catalog is there, its slices are cut with :attr:`SliceRequest.sealed`."""
 
     @abstractmethod
     def cut(self, request: SliceRequest) -> Mapping[str, object]:
@@ -82,6 +99,7 @@ class Source(ABC):
 
 
 __all__ = [
+    "SealedTable",
     "SliceData",
     "SliceRequest",
     "Source",

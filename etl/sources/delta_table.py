@@ -1,8 +1,13 @@
-"""A foreign Delta table (written by another system) as a root source.
+"""A Delta table as a root source: a foreign one (written by another system), or a table
+of another pipeline of the same catalog.
 
 A slice is a range of the table's versions: ``(from_version, to_version]``. It reads the
-files added in that range, so the foreign table must be append-only there; a range
-that removed files (an update, delete or overwrite) is refused, never read wrongly.
+files added in that range, so the table must be append-only there; a range that removed
+files (an update, delete or overwrite) is refused, never read wrongly. A foreign table is
+cut at its latest version; a table of the catalog at the version of its newest sealed
+(WRITTEN) epoch, never beyond: rows of an epoch its pipeline has not sealed may still be
+rolled back. ``to_version`` None (nothing sealed yet) or equal to ``from_version``
+(nothing new sealed) is an empty slice.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ class DeltaTableSource(Source):
     def __init__(self, name: str, *, path: str) -> None:
         self.name = validate_name(name, kind="source")
         self.path = normalize_location(str(path))
+        self.table_location = self.path
 
     def unreachable(self) -> str | None:
         if table_exists(self.path):
@@ -34,13 +40,21 @@ class DeltaTableSource(Source):
         return f"no Delta table at {self.path!r}: create it, or fix the source's path"
 
     def cut(self, request: SliceRequest) -> Mapping[str, object]:
-        previous = request.previous_bounds or {}
-        table = open_table(self.path)
-        return {"from_version": previous.get("to_version"), "to_version": table.version()}
+        from_version = (request.previous_bounds or {}).get("to_version")
+        if request.sealed is None:
+            return {"from_version": from_version, "to_version": open_table(self.path).version()}
+        sealed = request.sealed.version
+        if sealed is None or (isinstance(from_version, int) and sealed <= from_version):
+            return {"from_version": from_version, "to_version": from_version}
+        return {"from_version": from_version, "to_version": sealed}
 
     def read(self, spark: SparkSession, bounds: Mapping[str, object], *, epoch: int) -> SliceData:
         to_version = bounds["to_version"]
         from_version = bounds.get("from_version")
+        if to_version is None or to_version == from_version:
+            # An empty slice, with the columns of the version it stays at (or the latest).
+            table = open_table(self.path, version=to_version)  # type: ignore[arg-type]
+            return SliceData(rows=scan(spark, self.path, table, []))
         assert isinstance(to_version, int)
         table = open_table(self.path, version=to_version)
         check_supported(table, self.path)
