@@ -21,7 +21,7 @@ import pytest
 from deltalake import write_deltalake
 
 from etl import DeltaTableSource, FileSource, KafkaSource
-from etl.sources.base import SliceRequest, Source
+from etl.sources.base import SealedTable, SliceRequest, Source
 
 pytestmark = pytest.mark.spark
 
@@ -186,3 +186,34 @@ def test_a_file_slice_size_is_the_size_of_its_files_and_unknown_once_one_is_gone
     assert source.slice_bytes({"files": []}) == 0
     (incoming / "a.json").unlink()
     assert source.slice_bytes({"files": ["a.json", "b.json"]}) is None
+
+
+def test_a_delta_table_of_the_catalog_is_cut_at_its_sealed_version_never_beyond(spark, tmp_path):
+    """``SliceRequest.sealed`` (the engine's: a table of the catalog is at the source's
+    location) caps the slice; without it the table's latest version is read."""
+    world = _delta_table(tmp_path, None)
+    world.add([1])  # version 1; the engine says only version 0 is sealed
+    source = world.source
+    assert source.table_location == source.path
+
+    def cut(previous, sealed):
+        request = SliceRequest(
+            epoch=1,
+            first_epoch=1,
+            barrier_ts=datetime.now(UTC),
+            previous_bounds=previous,
+            sealed=None if sealed is False else SealedTable("a_words", sealed),
+        )
+        return source.cut(request)
+
+    nothing = cut(None, None)
+    assert nothing == {"from_version": None, "to_version": None}
+    empty = source.read(spark, nothing, epoch=1).rows
+    assert empty.count() == 0 and empty.columns == ["id"]
+    first = cut(None, 0)
+    assert first == {"from_version": None, "to_version": 0} and ids(spark, source, first) == [0]
+    assert cut(first, 0) == {"from_version": 0, "to_version": 0}  # nothing new sealed
+    assert ids(spark, source, cut(first, 0)) == []
+    assert cut({"from_version": 0, "to_version": 1}, 0)["to_version"] == 1  # never backwards
+    assert ids(spark, source, cut(first, 1)) == [1]
+    assert cut(first, False) == {"from_version": 0, "to_version": 1}  # a foreign table
