@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from catalog import JobSpec, TableSpec, WriteMode, validate_name
 from consistency.retention import Retention
@@ -39,6 +39,9 @@ class Input:
     """Default: ``slice`` for append and merge jobs, ``snapshot`` for overwrite jobs."""
 
 
+_PER_EPOCH = frozenset({"epoch", "first_epoch", "barrier_ts", "previous"})
+
+
 @dataclass(frozen=True)
 class EpochContext:
     """What a transform sees: its inputs at one epoch (or one batch of coalesced epochs)."""
@@ -52,6 +55,15 @@ class EpochContext:
     read_previous: Callable[[], DataFrame | None] = field(
         default=lambda: None, repr=False, compare=False
     )
+    per_epoch_reads: set[str] = field(default_factory=set, repr=False, compare=False)
+    """What the transform read of what changes from one epoch to the next: its epoch
+    numbers, barrier time or previous output. One that read none of it computes the same
+    rows from the same inputs (docs/design.md, "Idle epochs")."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in _PER_EPOCH:
+            object.__getattribute__(self, "per_epoch_reads").add(name)
+        return object.__getattribute__(self, name)
 
     @cached_property
     def previous(self) -> DataFrame | None:

@@ -147,7 +147,7 @@ class EpochEngine:
         """Per job: (epoch, attempt) of its latest batch."""
         self._computed: dict[str, _Computed] = {}
         """Per overwrite or merge job: what its latest batch in this process read and sealed
-        (only a job whose transform did not read its own previous output)."""
+        (only a job whose transform read nothing that changes from one epoch to the next)."""
 
     def attempt_of(self, job: Job, batch: EpochBatch) -> int | None:
         """The attempt number the engine gave the job's latest run of ``batch`` (to report a
@@ -263,14 +263,14 @@ class EpochEngine:
                 inputs = self._read_inputs(job, batch, session, versions)
                 _size_session(session, list(inputs.values()))
             with clock.stage("transform"):
-                rows, read_previous = self._transform_reading(
+                rows, per_epoch = self._transform_reading(
                     job, session, batch, epoch.barrier_ts, inputs
                 )
             written = writer.write(
                 written, table=job.output, frame=rows, part=0, final=True, mode=job.mode
             )
             result = self.publish(writer, written)
-            if result.sealed and job.mode in IDLE_SEALED_MODES and not read_previous:
+            if result.sealed and job.mode in IDLE_SEALED_MODES and not per_epoch:
                 self._computed[job.name] = _Computed(
                     epoch=batch.last, output_version=result.versions[job.output], inputs=versions
                 )
@@ -521,9 +521,9 @@ class EpochEngine:
         barrier_ts,
         inputs: Mapping[str, DataFrame],
     ) -> tuple[DataFrame, bool]:
-        """The transform's rows with ``_epoch``, and whether it read the job's own previous
-        output."""
-        read_previous = False
+        """The transform's rows with ``_epoch``, and whether it read anything that changes
+        from one epoch to the next (its epoch, barrier time or own previous output)."""
+        per_epoch = False
         if job.transform is None:
             (result,) = inputs.values()
         else:
@@ -555,9 +555,9 @@ class EpochEngine:
                 raise
             except Exception as exc:
                 raise TransformError(job=job.name, epoch=batch.last, cause=exc) from exc
-            read_previous = "previous" in vars(ctx)  # the cached_property was computed
+            per_epoch = bool(ctx.per_epoch_reads)
         self._check_columns(job, batch, result)
-        return result.withColumn(EPOCH_COLUMN, F.lit(batch.last).cast("long")), read_previous
+        return result.withColumn(EPOCH_COLUMN, F.lit(batch.last).cast("long")), per_epoch
 
     def _check_columns(self, job: Job, batch: EpochBatch, result: DataFrame) -> None:
         columns = result.columns

@@ -111,3 +111,34 @@ def test_idle_epochs_leave_every_version_unchanged(tmp_path, spark):
     fresh = again.run_once().epochs_opened[0].id
     assert fresh in epochs_committed("counts")
     assert fresh not in epochs_committed("latest")  # merging no row commits nothing
+
+
+def test_a_transform_that_reads_its_epoch_computes_every_epoch(tmp_path, spark):
+    """A transform whose rows depend on its epoch or barrier time is not a function of its
+    inputs alone: it runs (and commits) every epoch, inputs unchanged or not; one reading
+    only its inputs is sealed without running."""
+    incoming = tmp_path / "in"
+    incoming.mkdir()
+    pipeline = Pipeline("stamped")
+    pipeline.ingest("ingest", source=FileSource("drops", path=incoming), output="words")
+
+    @pipeline.job("stamp", output="stamped", inputs=["words"], mode="overwrite")
+    def stamp(ctx: EpochContext):
+        return ctx["words"].groupBy().count().withColumn("as_of", F.lit(str(ctx.barrier_ts)))
+
+    @pipeline.job("plain", output="plain", inputs=["words"], mode="overwrite")
+    def plain(ctx: EpochContext):
+        return ctx["words"].groupBy().count()
+
+    catalog = load_catalog(None, warehouse=tmp_path / "wh")
+    runner = Runner(pipeline, catalog=catalog, warehouse=str(tmp_path / "wh"), spark=spark)
+    (incoming / "1.txt").write_text("a\nb\n")
+    runner.run_once()
+    before = {t: table_version(catalog.get_table(t).location) for t in ("stamped", "plain")}
+    idle = runner.run_once().epochs_opened[0]
+    after = {t: table_version(catalog.get_table(t).location) for t in ("stamped", "plain")}
+    assert after["plain"] == before["plain"]
+    assert after["stamped"] == before["stamped"] + 1
+    with snapshot(catalog, ["stamped"], "repeatable-read") as reader:
+        assert reader.epoch == idle.id
+        assert reader.pandas("stamped")["as_of"].tolist() == [str(idle.barrier_ts)]
