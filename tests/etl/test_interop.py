@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -25,6 +24,7 @@ from etl.delta import (
     write_files,
 )
 from etl.delta.logfile import CHECKPOINT_INTERVAL
+from etl.reader import delta_extension_path
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 
@@ -56,15 +56,6 @@ def _canonical(table: pa.Table, names: list[str]) -> list[tuple]:
             column = pc.cast(column, pa.int64())
         columns.append(column.to_pylist())
     return sorted(zip(*columns, strict=True), key=repr)
-
-
-def _delta_extension() -> str:
-    (extension,) = [
-        f
-        for f in importlib.metadata.files("duckdb-ext-delta")
-        if f.name == "delta.duckdb_extension"
-    ]
-    return str(extension.locate())
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +123,7 @@ def _expected(spark, location: str, version: int) -> tuple[list[str], list[tuple
 def test_duckdb_delta_extension_reads_every_version(spark, versions):
     location, written = versions
     connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    connection.execute(f"LOAD '{_delta_extension()}'")
+    connection.execute(f"LOAD '{delta_extension_path()}'")
     connection.execute(f"ATTACH 'file://{location}' AS interop (TYPE delta)")
     for version in written:
         names, expected = _expected(spark, location, version)
@@ -220,7 +211,7 @@ def _dv_table(
 def _assert_dv_readers_agree(spark, location: str, versions) -> None:
     """DuckDB, Polars and delta-rs read each version of a deletion-vector table as we do."""
     connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    connection.execute(f"LOAD '{_delta_extension()}'")
+    connection.execute(f"LOAD '{delta_extension_path()}'")
     connection.execute(f"ATTACH 'file://{location}' AS interop_dv (TYPE delta)")
     for version in versions:
         names, expected = _expected(spark, location, version)

@@ -6,8 +6,6 @@ the table as it was."""
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import duckdb
 import polars as pl
 import pyarrow as pa
@@ -17,6 +15,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from etl.delta import Fence, claim_table, commit_files, merge_files, read_table, write_files
 from etl.errors import SchemaMismatchError
+from etl.reader import delta_extension_path
 
 pytestmark = pytest.mark.spark
 
@@ -40,20 +39,11 @@ def _commit(location: str, frame, *, mode: str = "append", merged=None) -> int:
     )
 
 
-def _duckdb_extension() -> str:
-    (extension,) = [
-        f
-        for f in importlib.metadata.files("duckdb-ext-delta")
-        if f.name == "delta.duckdb_extension"
-    ]
-    return str(extension.locate())
-
-
 def _every_reader(spark, location: str, version: int) -> dict[str, tuple[list[str], list]]:
     """(columns, rows as dicts) of one version, as each engine reads it."""
     frame = read_table(spark, location, version=version)
     connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    connection.execute(f"LOAD '{_duckdb_extension()}'")
+    connection.execute(f"LOAD '{delta_extension_path()}'")
     connection.execute(f"ATTACH 'file://{location}' AS evolving (TYPE delta)")
     tables = {
         "delta-rs": pa.table(DeltaTable(location, version=version).scan().read_all()),
