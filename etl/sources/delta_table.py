@@ -51,11 +51,11 @@ class DeltaTableSource(Source):
     def read(self, spark: SparkSession, bounds: Mapping[str, object], *, epoch: int) -> SliceData:
         to_version = bounds["to_version"]
         from_version = bounds.get("from_version")
+        assert to_version is None or isinstance(to_version, int)
         if to_version is None or to_version == from_version:
             # An empty slice, with the columns of the version it stays at (or the latest).
-            table = open_table(self.path, version=to_version)  # type: ignore[arg-type]
+            table = open_table(self.path, version=to_version)
             return SliceData(rows=scan(spark, self.path, table, []))
-        assert isinstance(to_version, int)
         table = open_table(self.path, version=to_version)
         check_supported(table, self.path)
         files = active_files(table)
