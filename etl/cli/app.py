@@ -135,6 +135,17 @@ CatalogUrl = Annotated[
     ),
 ]
 
+PipelineFile = Annotated[Path, typer.Argument(help="Python file that defines `pipeline`.")]
+
+Params = Annotated[
+    list[str],
+    typer.Option(
+        "--param",
+        metavar="KEY=VALUE",
+        help="Pipeline parameter (repeatable); a recovery or resolution takes the run's.",
+    ),
+]
+
 PipelineName = Annotated[
     str | None,
     typer.Option(

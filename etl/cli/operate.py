@@ -13,6 +13,7 @@ import typer
 from catalog import RetirementBlockedError
 from etl.cli.app import (
     CatalogUrl,
+    Params,
     TableOrJson,
     Warehouse,
     app,
@@ -68,13 +69,7 @@ def resolve(
     pipeline_file: Annotated[
         Path | None, typer.Option("--pipeline", help="The pipeline file (for --quarantine).")
     ] = None,
-    param: Annotated[
-        list[str],
-        typer.Option(
-            "--param",
-            help="Pipeline parameter key=value (repeatable; for --quarantine: the run's).",
-        ),
-    ] = [],  # noqa: B006 - typer needs a literal default
+    param: Params = [],  # noqa: B006 - typer needs a literal default
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
     master: Annotated[

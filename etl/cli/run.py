@@ -19,6 +19,8 @@ from rich.markup import escape
 from catalog import Catalog
 from etl.cli.app import (
     CatalogUrl,
+    Params,
+    PipelineFile,
     TableOrJson,
     Warehouse,
     app,
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 @app.command()
 @guard
 def run(
-    pipeline_file: Annotated[Path, typer.Argument(help="Python file that defines `pipeline`.")],
+    pipeline_file: PipelineFile,
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
     once: Annotated[
@@ -72,9 +74,7 @@ def run(
             min=1.0,
         ),
     ] = None,
-    param: Annotated[
-        list[str], typer.Option("--param", help="Pipeline parameter key=value (repeatable).")
-    ] = [],  # noqa: B006 - typer needs a literal default
+    param: Params = [],  # noqa: B006 - typer needs a literal default
     master: Annotated[
         str | None, typer.Option(envvar="ETL_SPARK_MASTER", help="Spark master (default local[*]).")
     ] = None,
@@ -574,15 +574,10 @@ def _retry_while_busy(attempt, deadline: float, wait: float = 0.0) -> None:
 @app.command()
 @guard
 def recover(
-    pipeline_file: Annotated[Path, typer.Argument(help="Python file that defines `pipeline`.")],
+    pipeline_file: PipelineFile,
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    param: Annotated[
-        list[str],
-        typer.Option(
-            "--param", help="Pipeline parameter key=value (repeatable): those of the run."
-        ),
-    ] = [],  # noqa: B006 - typer needs a literal default
+    param: Params = [],  # noqa: B006 - typer needs a literal default
     master: Annotated[
         str | None, typer.Option(envvar="ETL_SPARK_MASTER", help="Spark master (default local[*]).")
     ] = None,

@@ -9,19 +9,26 @@ from typing import Annotated
 import typer
 
 from catalog import Catalog, CatalogNotFoundError, load_catalog
-from etl.cli.app import CatalogUrl, TableOrJson, Warehouse, app, guard, parse_params
+from etl.cli.app import (
+    CatalogUrl,
+    Params,
+    PipelineFile,
+    TableOrJson,
+    Warehouse,
+    app,
+    guard,
+    parse_params,
+)
 from etl.cli.render import print_json
 
 
 @app.command()
 @guard
 def validate(
-    pipeline_file: Annotated[Path, typer.Argument(help="Python file that defines `pipeline`.")],
+    pipeline_file: PipelineFile,
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    param: Annotated[
-        list[str], typer.Option("--param", help="Pipeline parameter key=value (repeatable).")
-    ] = [],  # noqa: B006 - typer needs a literal default
+    param: Params = [],  # noqa: B006 - typer needs a literal default
     format: Annotated[
         TableOrJson,
         typer.Option("--format", case_sensitive=False, help="json: the problems as JSON."),
