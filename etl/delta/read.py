@@ -340,7 +340,8 @@ def arrow_rows(
         return table.to_pyarrow_table(
             columns=list(columns) if columns is not None else None, filters=filters
         )
-    except (DeltaError, OSError) as exc:
+    except (DeltaError, OSError, pa.ArrowException) as exc:
+        # A deletion-vector scan reports a missing file as ArrowInvalid, not OSError.
         raise DeltaIOError(table=location, operation="read_arrow", reason=str(exc)) from exc
 
 

@@ -91,3 +91,37 @@ def _files(location: str, version: int) -> list[str]:
         str(Path(uri.removeprefix("file://")))
         for uri in DeltaTable(location, version=version).file_uris()
     ]
+
+
+def test_a_foreign_vacuum_is_named_on_a_table_with_deletion_vectors(tmp_path):
+    """A merge job's table has the deletionVectors feature (the default strategy): its
+    Arrow read goes through delta-rs' scan, which fails with ArrowInvalid, not OSError."""
+    warehouse = tmp_path / "warehouse"
+    location = str(warehouse / "facts")
+    catalog = load_catalog(None, warehouse=warehouse)
+    catalog.register_table(TableSpec("facts", location, kind="root"))
+    catalog.register_job(JobSpec("ingest", output="facts", source="feed"))
+    lease = catalog.acquire_lease("ingest", "test", ttl_seconds=60)
+    for version in range(3):
+        epoch = catalog.open_epoch().id
+        write_deltalake(
+            location,
+            pa.table({"id": [epoch]}),
+            mode="overwrite",
+            configuration={"delta.enableDeletionVectors": "true"},
+        )
+        if version == 0:
+            # delta-rs adds the variantType feature, which this runtime refuses to read.
+            first = Path(location) / "_delta_log" / f"{0:020d}.json"
+            first.write_text(first.read_text().replace(',"variantType"', ""))
+        catalog.seal("ingest", lease.generation, [SealRequest("facts", epoch, version, rows=1)])
+    assert "deletionVectors" in (DeltaTable(location).protocol().reader_features or [])
+    DeltaTable(location).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    with snapshot(catalog, ["facts"], as_of_epoch=1) as snap:
+        for read in (lambda: snap.arrow("facts"), lambda: snap.polars("facts")):
+            with pytest.raises(FilesRemovedError) as raised:
+                read()
+            _says_what_happened(raised.value, still="the latest repeatable-read cut (epoch 3)")
+    with snapshot(catalog, ["facts"]) as snap:
+        assert snap.arrow("facts")["id"].to_pylist() == [3]
+    catalog.close()
