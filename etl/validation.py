@@ -9,7 +9,8 @@ parameter and what to do:
 - inputs: every input table is written by a job of the pipeline or registered in the
   catalog (a read-only lookup), and a SQL job reads only its declared inputs (and its own
   output, its previous state);
-- write modes and keys: keys go with merge, no table has two writer jobs, no source is
+- write modes and keys: keys go with merge (and are among a merge SQL job's result
+  columns, when its SQL names them all), no table has two writer jobs, no source is
   read by two jobs, gates guard tables of the pipeline, the lineage has no cycle;
 - sources can be reached (:meth:`etl.sources.base.Source.unreachable`);
 - registration (``etl validate`` with a catalog; ``etl run`` checks it itself): no name
@@ -240,6 +241,8 @@ def declaration_problems(pipeline: Pipeline, registered: Collection[str]) -> lis
                         "alignment waits only for declared inputs), or fix the query",
                     )
                 )
+        if job.mode == "merge" and isinstance(job.transform, str):
+            problems += _merge_key_problems(job.name, job.transform, job.keys)
         if job.keys and job.mode != "merge":
             problems.append(
                 Problem(
@@ -276,6 +279,30 @@ def declaration_problems(pipeline: Pipeline, registered: Collection[str]) -> lis
     except PipelineDefinitionError as exc:
         problems.append(Problem("pipeline", pipeline.name, f"{exc}: break the cycle"))
     return problems
+
+
+def _merge_key_problems(job: str, query: str, keys: Sequence[str]) -> list[Problem]:
+    """A merge SQL job's keys that its query's result does not have (only when the result's
+    column names can be told without Spark: no ``*``, every expression named)."""
+    from etl.reader import parse_query
+
+    try:
+        columns = parse_query(query).expression.named_selects
+    except SqlTablesError:
+        return []  # reported with the SQL's tables
+    if not columns or any(c in ("", "*") for c in columns):
+        return []
+    missing = [k for k in keys if k.lower() not in {c.lower() for c in columns}]
+    if not missing:
+        return []
+    return [
+        Problem(
+            "job",
+            job,
+            f"merges on keys {missing}, which its SQL's result does not have (its columns: "
+            f"{', '.join(columns)}): select them, or fix keys=[...]",
+        )
+    ]
 
 
 def source_problems(pipeline: Pipeline) -> list[Problem]:
