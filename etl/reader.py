@@ -565,10 +565,13 @@ class SnapshotReader:
         connection = self._duckdb_views()
         try:
             text = parsed.for_duckdb(self._spark_types(self._names_in(parsed)))
-            if limit is not None:
-                text = f"SELECT * FROM ({text}) AS __q LIMIT {int(limit)}"
             try:
-                result = connection.execute(text).fetch_arrow_table()
+                # The relation's limit keeps the result's column names; a subquery
+                # (SELECT * FROM (...) LIMIT n) would rename duplicates to word_1.
+                relation = connection.sql(text)
+                if limit is not None:
+                    relation = relation.limit(int(limit))
+                result = relation.fetch_arrow_table()
                 return result.rename_columns(parsed.column_names(result.column_names))
             except duckdb.Error as exc:
                 if isinstance(exc, duckdb.IOException):
