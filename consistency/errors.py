@@ -143,8 +143,8 @@ class NoAlignedCutError(ConsistencyError):
             todo = "ask for a later --as-of-time, or read at read-committed"
         else:
             why = (
-                f"{aligned_at.isoformat()}, the barrier of pipeline {reference!r}'s latest cut "
-                f"(epoch {reference_epoch}): a read across pipelines aligns them by barrier time"
+                f"{aligned_at.isoformat()}, the barrier of the latest cut of pipeline "
+                f"{reference!r} (epoch {reference_epoch}): a read across pipelines aligns them by barrier time"
             )
             todo = (
                 f"run pipeline {reference!r} until it seals a newer epoch, read at "
