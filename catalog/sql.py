@@ -743,6 +743,12 @@ class SqlCatalog(Catalog):
         except sa.exc.OperationalError as exc:
             error = self._read_only_error(exc) if write else None
             raise (error or self._unavailable(exc)) from None
+        except sa.exc.DBAPIError as exc:
+            # The server ended the session (psycopg reports an idle-in-transaction timeout
+            # as an InternalError): the connection is gone, not the statement wrong.
+            if exc.connection_invalidated or isinstance(exc, sa.exc.InterfaceError):
+                raise self._unavailable(exc) from None
+            raise
 
     def _write(self) -> AbstractContextManager[sa.Connection]:
         """A write transaction, serialized with every other writer of the catalog."""

@@ -222,7 +222,10 @@ class LeaseKeeper:
 
     def _renew_until_stopped(self) -> None:
         while not self._stop.wait(self.ttl_seconds / 3):
-            self.renew_all()
+            try:
+                self.renew_all()
+            except Exception:  # a bug: say so, keep renewing; fencing guards a lapsed lease
+                log.exception("renewing the leases of %s failed", self.owner)
 
 
 __all__ = [
