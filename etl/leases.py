@@ -224,8 +224,9 @@ class LeaseKeeper:
         while not self._stop.wait(self.ttl_seconds / 3):
             try:
                 self.renew_all()
-            except Exception:  # a bug: say so, keep renewing; fencing guards a lapsed lease
-                log.exception("renewing the leases of %s failed", self.owner)
+            except Exception as exc:  # a bug: say so, keep renewing; fencing guards a lapse
+                log.error("renewing the leases of %s failed: %s", self.owner, exc)
+                log.debug("renewing the leases failed", exc_info=exc)
 
 
 __all__ = [
