@@ -82,6 +82,7 @@ def snapshot_command(
     if format is SnapshotFormat.DUCKDB:
         from etl.reader import duckdb_script
 
+        _refuse_tables_never_written(cut)
         echo(duckdb_script(cut).rstrip("\n"))
         return
     print_rows(
@@ -98,6 +99,27 @@ def snapshot_command(
     )
     if "pipelines" in cut:
         err.print(pipeline_cuts(cut), highlight=False)
+
+
+def _refuse_tables_never_written(cut: dict) -> None:
+    """A table with nothing visible is an empty view in the DuckDB script, made from its
+    Delta table's schema; a table whose job never committed has no Delta table to make it
+    from (its ATTACH would fail in the script)."""
+    from deltalake import DeltaTable
+
+    from etl.errors import UsageError
+
+    never = [
+        t
+        for t in cut["tables"]
+        if t["version"] is None and not DeltaTable.is_deltatable(t["location"])
+    ]
+    if never:
+        names = ", ".join(f"{t['table']!r} ({t['location']})" for t in never)
+        raise UsageError(
+            f"no Delta table yet for {names}: its job has not committed anything, so a "
+            "DuckDB script cannot make a view of it; leave it out, or run its pipeline first"
+        )
 
 
 def pipeline_cuts(cut: dict) -> str:
