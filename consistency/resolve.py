@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Protocol
 
-from catalog.errors import EpochExpiredError
+from catalog.errors import EpochExpiredError, UnknownEpochError
 from catalog.models import Epoch, EpochState, TableEpoch
 from consistency.errors import (
     EpochNotReadableError,
@@ -109,6 +109,16 @@ def resolve_snapshot(
             )
         return _across_pipelines(history, names, groups, as_of_time=as_of_time)
     if as_of_epoch is not None:
+        (pipeline,) = groups
+        owner = _pipeline_of(history, as_of_epoch) if pipeline else None
+        if owner is not None and owner != pipeline:
+            raise SnapshotRequestError(
+                f"epoch {as_of_epoch} belongs to pipeline {owner!r}, and {', '.join(names)} "
+                f"to pipeline {pipeline!r}: an epoch is a cut of its own pipeline only; give "
+                f"one of {pipeline!r}'s epochs (etl epochs --pipeline {pipeline}), or read as "
+                "of a time (--as-of-time)",
+                tables=names,
+            )
         _check_not_expired(history, as_of_epoch)
         return _at_epoch(history, names, as_of_epoch)
     bound = None
@@ -124,6 +134,15 @@ def resolve_snapshot(
     if resolved.epoch is not None:
         _check_not_expired(history, resolved.epoch)
     return resolved
+
+
+def _pipeline_of(history: EpochHistory, epoch: int) -> str | None:
+    """The pipeline that opened ``epoch``; None for an epoch never issued (the read then
+    fails as for any unknown epoch)."""
+    try:
+        return history.get_epoch(epoch).pipeline
+    except UnknownEpochError:
+        return None
 
 
 def _by_pipeline(

@@ -163,6 +163,20 @@ def test_as_of_epoch_across_pipelines_is_refused():
     assert "--as-of-time" in str(raised.value) and "team_a: a_words" in str(raised.value)
 
 
+def test_as_of_another_pipelines_epoch_says_whose_it_is():
+    with pytest.raises(SnapshotRequestError) as raised:
+        resolve_snapshot(two_teams(), ["b_words"], as_of_epoch=3, pipelines=PIPELINES)
+    message = str(raised.value)
+    assert "epoch 3 belongs to pipeline 'team_a'" in message
+    assert "b_words to pipeline 'team_b'" in message and "--pipeline team_b" in message
+    # The pipeline's own epoch reads; an epoch never issued fails as before.
+    assert resolve_snapshot(
+        two_teams(), ["b_words"], as_of_epoch=4, pipelines=PIPELINES
+    ).versions == {"b_words": 40}
+    with pytest.raises(UnknownEpochError):
+        resolve_snapshot(two_teams(), ["b_words"], as_of_epoch=99, pipelines=PIPELINES)
+
+
 def test_one_pipeline_and_the_other_levels_resolve_as_without_pipelines():
     history = two_teams()
     for tables, kw in (
