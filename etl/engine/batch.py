@@ -241,10 +241,13 @@ class EpochEngine:
                         job, session, batch, epoch.barrier_ts, {job.source.name: data.rows}
                     )
                 if job.rejects_table and data.rejects is not None:
+                    rejects = data.rejects
+                    if EPOCH_COLUMN not in rejects.columns:  # every row a job writes has one
+                        rejects = rejects.withColumn(EPOCH_COLUMN, F.lit(batch.last).cast("long"))
                     written = writer.write(
                         written,
                         table=job.rejects_table,
-                        frame=data.rejects,
+                        frame=rejects,
                         part=index,
                         final=final,
                         mode="append",

@@ -54,6 +54,8 @@ class SliceData:
 
     rows: DataFrame
     rejects: DataFrame | None = None
+    """Written to the job's rejects table; the engine adds ``_epoch`` (the batch's epoch)
+    when the source does not tag them itself."""
 
 
 class Source(ABC):
