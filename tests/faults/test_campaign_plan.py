@@ -25,13 +25,30 @@ def test_generation_is_deterministic_and_specs_parse():
 
 def test_a_short_campaign_covers_every_pipeline_injection_and_point():
     scenarios = [C.generate(seed) for seed in range(40)]
-    assert {(s.kind, s.injection) for s in scenarios[:8]} == {
+    pairs = len(P.KINDS) * len(C.INJECTIONS)
+    assert {(s.kind, s.injection) for s in scenarios[:pairs]} == {
         (k, i) for k in P.KINDS for i in C.INJECTIONS
     }
     points = {f.point for s in scenarios for f in s.faults if f.action != "fail"}
     assert points == set(FAULT_POINTS)
     assert any(s.open_ahead for s in scenarios) and any(s.late_zombie for s in scenarios)
+    assert {s.catalog for s in scenarios} == set(C.CATALOGS)
+    assert {s.zombie_first for s in scenarios if s.injection == "zombie_race"} == {True, False}
     assert len({s.schedule for s in scenarios}) > 30
+
+
+def test_zombie_races_reach_a_create_in_epoch_1():
+    """Some zombie races freeze both runners before a commit of epoch 1, where the job's
+    tables (output or side output) do not exist yet: the create race of issue 22."""
+    races = [C.generate(seed) for seed in range(300)]
+    creates = [
+        s
+        for s in races
+        if s.injection == "zombie_race"
+        and all(f.point == "before_commit" and f.epoch == 1 for f in s.faults)
+    ]
+    assert {s.kind for s in creates} == set(P.KINDS)
+    assert {s.zombie_first for s in creates} == {True, False}
 
 
 def test_a_new_fault_point_is_exercised_without_code_changes(monkeypatch):
