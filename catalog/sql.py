@@ -561,6 +561,7 @@ class SqlCatalog(Catalog):
                 sa_url,
                 isolation_level="AUTOCOMMIT",
                 connect_args={"connect_timeout": _PG_CONNECT_TIMEOUT_SECONDS},
+                pool_pre_ping=True,
             )
         )
         self._latest_statements = self._build_latest_statements()
@@ -620,8 +621,12 @@ class SqlCatalog(Catalog):
 
     def _create_engine(self) -> sa.Engine:
         if self.backend == "postgresql":
+            # pool_pre_ping: a pooled session the server ended (a restart, a failover, an
+            # idle timeout) is replaced at checkout instead of failing the next statement.
             engine = sa.create_engine(
-                self._sa_url, connect_args={"connect_timeout": _PG_CONNECT_TIMEOUT_SECONDS}
+                self._sa_url,
+                connect_args={"connect_timeout": _PG_CONNECT_TIMEOUT_SECONDS},
+                pool_pre_ping=True,
             )
 
             @sa.event.listens_for(engine, "connect")

@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 from catalog import (
     Catalog,
     CatalogError,
+    CatalogUnavailableError,
     Epoch,
     EpochState,
     JobFailureRecord,
@@ -57,9 +58,10 @@ from etl.scheduling import (
 
 log = logging.getLogger(__name__)
 
-_MAX_RECLAIMS = 3
-"""Times one run recovers a job again after a table appeared under its batch; past that the
-batch fails (something else keeps creating the job's tables)."""
+_MAX_RECOVERIES_AFTER_INTERRUPTION = 3
+"""Times one run recovers a job again after a batch was interrupted from outside (a table
+appeared under it, or the catalog lost its session mid-transaction); past that the batch
+fails (something else keeps creating the job's tables, or the catalog keeps failing)."""
 
 
 @dataclass(frozen=True)
@@ -449,7 +451,7 @@ class Runner:
         jobs = self.pipeline.ordered_jobs()
         # A batch commits only to tables its runner created or claimed: recover first.
         recovered = list(self.recover(self._unclaimed(jobs)).recovered)
-        reclaims = dict.fromkeys((job.name for job in jobs), 0)
+        interruptions = dict.fromkeys((job.name for job in jobs), 0)
         next_epoch_at = time.monotonic()
 
         failed_in_a_row = dict.fromkeys((job.name for job in jobs), 0)
@@ -617,13 +619,16 @@ class Runner:
                     dirty |= {c for t in self.pipeline.tables_of(job) for c in consumers[t]}
                     try:
                         result = future.result()
-                    except UnclaimedTableError as exc:
-                        # A table of the job appeared under the batch, created by a runner
-                        # this one took over from: recover the job again (claim the table,
-                        # seal or roll back what that runner committed), then re-plan.
+                    except (UnclaimedTableError, CatalogUnavailableError) as exc:
+                        # Interrupted from outside, not failed: a table of the job appeared
+                        # under the batch, created by a runner this one took over from; or
+                        # the catalog ended the batch's session mid-transaction (PostgreSQL
+                        # ends the transaction of a process that froze inside it). Recover
+                        # the job again (claim its tables, seal or roll back what was
+                        # committed), then re-plan.
                         failed: BaseException = exc
-                        if reclaims[job.name] < _MAX_RECLAIMS:
-                            reclaims[job.name] += 1
+                        if interruptions[job.name] < _MAX_RECOVERIES_AFTER_INTERRUPTION:
+                            interruptions[job.name] += 1
                             log.warning("job %s: %s; recovering the job again", job.name, exc)
                             try:
                                 recovered.extend(self._recover_job(job))

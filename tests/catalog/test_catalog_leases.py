@@ -232,3 +232,31 @@ def test_a_process_frozen_inside_a_catalog_transaction_does_not_block_postgresql
     assert "error" in outcome  # the frozen process finds its transaction gone when it wakes
     frozen.close()
     other.close()
+
+
+@pytest.mark.postgres
+def test_sessions_the_server_ended_are_replaced_on_the_next_call(postgres_url, postgres_server):
+    """A restart, a failover or an idle timeout ends the catalog's pooled sessions: the next
+    read and write work on new ones instead of failing once per pooled session."""
+    import sqlalchemy as sa
+
+    import catalog.sql
+
+    name = "db-ended-sessions-test"
+    ended = catalog.sql.SqlCatalog(f"{postgres_url}&application_name={name}")
+    first = ended.open_epoch()
+    assert ended.latest_epoch() == first  # both the write and the read pool hold a session
+    admin = sa.create_engine(postgres_server)
+    with admin.connect() as conn:
+        terminated = conn.execute(
+            sa.text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = :name"
+            ),
+            {"name": name},
+        ).scalar_one()
+    admin.dispose()
+    assert terminated >= 2
+    assert ended.latest_epoch() == first
+    assert ended.open_epoch().id == first.id + 1
+    ended.close()

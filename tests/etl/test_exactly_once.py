@@ -419,3 +419,84 @@ def test_a_crash_after_quarantine_keeps_the_epochs_failed_verdict(tmp_path, spar
     assert record.success is False
     assert committed(runner, "facts") == [("a", 1)]
     assert committed(runner, "facts_bad") == [("b", -1)]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("point", ["after_commit", "after_processed"])
+def test_a_batch_whose_catalog_session_the_server_ended_recovers_by_itself(
+    tmp_path, spark, postgres_url, postgres_server, point
+):
+    """The server ends the batch's catalog session while a statement of the batch waits (as
+    PostgreSQL does to a process that froze inside a transaction): the run recovers the job
+    (the Delta commit that may have landed is sealed or rolled back) and goes on, each row
+    once, instead of failing the job."""
+    import sqlalchemy as sa
+
+    import etl.engine.commit
+
+    name = "db-interrupted-batch-test"
+    catalog = load_catalog(f"{postgres_url}&application_name={name}")
+    source = ListSource("feed")
+    runner = Runner(
+        ingest_pipeline(source),
+        catalog=catalog,
+        warehouse=str(tmp_path / "warehouse"),
+        spark=spark,
+        lease_ttl_seconds=600,  # no renewal statement competes with the batch's
+    )
+    runner.register()
+    source.pending = [["a", 1], ["b", 2], None]
+    admin = sa.create_engine(postgres_url)
+    ended: list[int] = []
+
+    def end_the_waiting_session(locker: sa.Connection, transaction: sa.Transaction) -> None:
+        try:
+            for _ in range(600):
+                pids = locker.execute(
+                    sa.text(
+                        "SELECT pid FROM pg_stat_activity WHERE application_name = :name "
+                        "AND wait_event_type = 'Lock'"
+                    ),
+                    {"name": name},
+                ).scalars()
+                pids = list(pids)
+                if pids:
+                    for pid in pids:
+                        locker.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+                    ended.extend(pids)
+                    return
+                time.sleep(0.05)
+        finally:
+            transaction.rollback()
+            locker.close()
+
+    def lock_the_catalog_once(at: str, *, job: str, epoch: int) -> None:
+        if at != point or ended or threads:
+            return
+        locker = admin.connect()
+        transaction = locker.begin()
+        tables = locker.execute(
+            sa.text(
+                "SELECT string_agg(quote_ident(tablename), ', ') FROM pg_tables "
+                "WHERE schemaname = current_schema()"
+            )
+        ).scalar_one()
+        locker.execute(sa.text(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE"))
+        thread = threading.Thread(target=end_the_waiting_session, args=(locker, transaction))
+        thread.start()
+        threads.append(thread)
+
+    threads: list[threading.Thread] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(etl.engine.commit, "maybe_crash", lock_the_catalog_once)
+        result = runner.run_once()
+    for thread in threads:
+        thread.join(60)
+    admin.dispose()
+    assert ended, "the batch's catalog session was never ended: the test did not interrupt it"
+    assert result.ok, result.failures
+    assert committed(runner, "facts") == [("a", 1), ("b", 2)]
+    assert runner.catalog.table_epoch("facts", 1).state is EpochState.WRITTEN
+    assert runner.catalog.table_epoch("facts", 1).rows == 2
+    assert len(runner.catalog.table_epochs("rejects")) == 1
+    catalog.close()
