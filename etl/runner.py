@@ -20,6 +20,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
+from typing import TypeVar
 
 from pyspark.sql import SparkSession
 
@@ -58,10 +60,24 @@ from etl.scheduling import (
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 _MAX_RECOVERIES_AFTER_INTERRUPTION = 3
 """Times one run recovers a job again after a batch was interrupted from outside (a table
 appeared under it, or the catalog lost its session mid-transaction); past that the batch
 fails (something else keeps creating the job's tables, or the catalog keeps failing)."""
+
+
+def _once_more_if_interrupted(call: Callable[[], T]) -> T:
+    """``call()``, and once more if the catalog ended its session (PostgreSQL ends the
+    transaction of a process that froze inside it): a new session answers. For calls that
+    only read, for recovery (which reads again what it does) and for opening an epoch
+    (if the first try committed after all, the second opens one more, empty, epoch)."""
+    try:
+        return call()
+    except CatalogUnavailableError as exc:
+        log.warning("%s; trying once more on a new catalog session", exc)
+        return call()
 
 
 @dataclass(frozen=True)
@@ -450,7 +466,9 @@ class Runner:
         stopped: set[str] = set()
         jobs = self.pipeline.ordered_jobs()
         # A batch commits only to tables its runner created or claimed: recover first.
-        recovered = list(self.recover(self._unclaimed(jobs)).recovered)
+        recovered = list(
+            _once_more_if_interrupted(lambda: self.recover(self._unclaimed(jobs))).recovered
+        )
         interruptions = dict.fromkeys((job.name for job in jobs), 0)
         next_epoch_at = time.monotonic()
 
@@ -565,7 +583,7 @@ class Runner:
         with ThreadPoolExecutor(max_workers=max(1, len(jobs)), thread_name_prefix="job") as pool:
             while True:
                 if opening() and time.monotonic() >= next_epoch_at:
-                    opened.append(self.open_epoch())
+                    opened.append(_once_more_if_interrupted(self.open_epoch))
                     next_epoch_at = time.monotonic() + (epoch_interval or 0.0)
                     dirty |= {job.name for job in jobs if not job.inputs}
                 if stop is not None and stop.is_set() and not draining:
@@ -578,8 +596,13 @@ class Runner:
                     if job.name in busy or job.name in stopped or job.name not in dirty:
                         continue
                     dirty.discard(job.name)
-                    batches = self.plan(
-                        job, draining=draining, continuous=epoch_interval is not None
+                    batches = _once_more_if_interrupted(
+                        partial(
+                            self.plan,
+                            job,
+                            draining=draining,
+                            continuous=epoch_interval is not None,
+                        )
                     )
                     if batches:
                         ready[job.name] = batches[0]
