@@ -28,7 +28,7 @@ from catalog import Catalog, EpochState, JobSpec, TableSpec, ValidationRecord, l
 from etl.faults import FAULT_ENV, FAULT_EXIT_CODE
 from etl.quality import GateOutcome
 from etl.reader import snapshot
-from tests.support.cli_runner import REPO, etl, start
+from tests.support.cli_runner import REPO, etl, etl_here, start
 
 pytestmark = [pytest.mark.spark]
 
@@ -135,7 +135,8 @@ class Known:
     v1_after_wait: dict[str, int | None] = field(default_factory=dict)
 
     def etl(self, *args: str | Path, **env: str):
-        return etl(*args, "--warehouse", self.warehouse, cwd=self.root, **env)
+        """A read-only command on the known warehouse, in this process."""
+        return etl_here(*args, "--warehouse", self.warehouse, cwd=self.root, **env)
 
 
 @pytest.fixture(scope="module")
@@ -633,17 +634,17 @@ def test_status_names_the_expectations_that_block_an_epoch(tmp_path):
             job=lease.job,
             generation=lease.generation,
         )
-    result = etl("status", "--format", "json", "--warehouse", warehouse, cwd=tmp_path)
+    result = etl_here("status", "--format", "json", "--warehouse", warehouse, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     blocked = {r["table"]: r["blocked"] for r in json.loads(result.stdout)["tables"]}
     assert blocked == {
         "orders": "epoch 1 failed validation: not_null(id), between(amount, 0, 100)",
         "events": None,  # failed under `warn`: nothing blocks it
     }
-    table = etl("status", "--warehouse", warehouse, cwd=tmp_path).stdout
+    table = etl_here("status", "--warehouse", warehouse, cwd=tmp_path).stdout
     assert "epoch 1 failed validation: not_null(id), between(amount, 0, 100)" in table
     for name, policy in (("orders", "block"), ("events", "warn")):
-        shown = etl("epochs", name, "--format", "json", "--warehouse", warehouse, cwd=tmp_path)
+        shown = etl_here("epochs", name, "--format", "json", "--warehouse", warehouse, cwd=tmp_path)
         (record,) = json.loads(shown.stdout)
         assert record["state"] == "PROCESSED" and record["validation"] == f"failed ({policy})"
         assert record["failed_expectations"] == ["not_null(id)"]

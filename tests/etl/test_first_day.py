@@ -34,7 +34,7 @@ from etl.cli.app import configure_logging, hoist_global_options
 from etl.cli.render import print_arrow
 from etl.reader import parse_query
 from etl.retention.maintain import maintain
-from tests.support.cli_runner import REPO, etl
+from tests.support.cli_runner import REPO, etl_here
 
 
 def test_global_options_are_taken_after_any_command():
@@ -91,12 +91,12 @@ def test_epochs_last_counts_failed_epochs_and_shows_a_resolutions_reason(tmp_pat
     catalog.close()
     wh = ("--warehouse", warehouse)
 
-    shown = etl("epochs", "facts", "--last", "2", "--format", "json", *wh, cwd=tmp_path)
+    shown = etl_here("epochs", "facts", "--last", "2", "--format", "json", *wh, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     records = json.loads(shown.stdout)
     assert [(r["epoch"], r["state"]) for r in records] == [(3, "WRITTEN"), (failed, "FAILED")]
     assert all(r["barrier_ts"] for r in records)  # a failed epoch's barrier too
-    table = etl("epochs", "facts", "--last", "3", *wh, cwd=tmp_path, COLUMNS="300")
+    table = etl_here("epochs", "facts", "--last", "3", *wh, cwd=tmp_path, COLUMNS="300")
     assert table.returncode == 0, table.stderr
     assert "ACCEPT by ann: known outlier" in table.stdout, table.stdout
     assert table.stdout.count("SourceError") == 1, table.stdout  # said once
@@ -144,7 +144,7 @@ def test_catalog_messages_fit_the_catalog(tmp_path):
     assert "SQLite file" in str(raised.value) and "server" not in str(raised.value)
     warehouse, catalog = _sealed_history(tmp_path, 1)
     catalog.close()
-    upgraded = etl("catalog", "upgrade", "--warehouse", warehouse, cwd=tmp_path)
+    upgraded = etl_here("catalog", "upgrade", "--warehouse", warehouse, cwd=tmp_path)
     assert upgraded.returncode == 0, upgraded.stderr
     assert "already at version" in upgraded.stdout and "->" not in upgraded.stdout
 
@@ -156,7 +156,7 @@ def test_status_says_a_dead_runs_jobs_are_taken_over_at_once(tmp_path):
     catalog.release_lease(catalog.get_lease("ingest"))
     catalog.acquire_lease("ingest", f"{socket.gethostname()}:{gone.pid}:-:x", ttl_seconds=600)
     catalog.close()
-    shown = etl("status", "--warehouse", warehouse, cwd=tmp_path, COLUMNS="300")
+    shown = etl_here("status", "--warehouse", warehouse, cwd=tmp_path, COLUMNS="300")
     assert shown.returncode == 0, shown.stderr
     assert "dead owner" in shown.stdout
     assert "the next `etl run` or `etl recover` takes it over at once" in shown.stdout
@@ -192,7 +192,7 @@ def test_snapshot_as_a_duckdb_script_reads_the_cut_offline(tmp_path):
         write_deltalake(location, pa.table({"id": [epoch]}), mode="append")
         catalog.seal("ingest", lease.generation, [SealRequest("facts", epoch, version, rows=1)])
     catalog.close()
-    made = etl(
+    made = etl_here(
         "snapshot", "facts", "--as-of-epoch", "2", "--format", "duckdb",
         "--warehouse", warehouse, cwd=tmp_path,
     )  # fmt: skip

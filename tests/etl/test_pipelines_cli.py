@@ -4,8 +4,9 @@ anything is written, a table of another pipeline is read through a DeltaTableSou
 repeatable-read read across pipelines is aligned by barrier time, ``--pipeline`` filters,
 and ``etl retire pipeline`` removes a pipeline.
 
-One warehouse per backend (a module fixture, three runs that start Spark); the tests
-assert on it in order, the last one retires a pipeline.
+One warehouse per backend (a module fixture); the tests assert on it in order, the last
+one retires a pipeline. The command runs in the test process (on the session's
+SparkSession): what is tested is what it does to a shared warehouse, not its process.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from catalog import load_catalog
-from tests.support.cli_runner import etl
+from tests.support.cli_runner import etl_here
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -72,7 +73,7 @@ class Warehouse:
     """What each step's command returned (CompletedProcess), by step."""
 
     def etl(self, *args: str | Path):
-        return etl(*args, *self.where, cwd=self.root)
+        return etl_here(*args, *self.where, cwd=self.root)
 
     def json(self, *args: str | Path):
         result = self.etl(*args, "--format", "json")
@@ -89,7 +90,7 @@ def _write(path: Path, text: str) -> Path:
 @pytest.fixture(
     scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
-def two_teams(request, tmp_path_factory) -> Iterator[Warehouse]:
+def two_teams(request, tmp_path_factory, spark) -> Iterator[Warehouse]:
     """team_a runs (1.txt), team_b is refused (its job and source names are team_a's), team_c
     is refused (it reads team_a's table as an input), team_b renamed runs (its own files,
     and team_a's table through a DeltaTableSource), then team_a runs again (2.txt)."""

@@ -9,7 +9,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from catalog import EpochState, JobSpec, TableSpec, load_catalog
-from tests.support.cli_runner import etl
+from tests.support.cli_runner import etl_here as etl
 
 
 @pytest.mark.parametrize("action", ["--accept", "--skip"])

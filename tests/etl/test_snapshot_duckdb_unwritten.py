@@ -9,7 +9,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from catalog import JobSpec, SealRequest, TableSpec, load_catalog
-from tests.support.cli_runner import etl
+from tests.support.cli_runner import etl_here as etl
 
 
 def test_a_table_never_written_is_refused_and_the_others_script_runs(tmp_path):

@@ -1,6 +1,7 @@
 """Tags through the real ``etl`` command (issue 11): create, list, read with ``--as-of-tag``
 (``sql`` and ``snapshot``), a tag keeps its cut from expiring, a tag on an expired epoch is
-refused naming the rule, and a deleted tag is a clear error. No Spark: the reads use DuckDB."""
+refused naming the rule, and a deleted tag is a clear error. No Spark: the reads use DuckDB;
+the command runs in the test process."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from catalog import JobSpec, SealRequest, TableSpec, load_catalog
-from tests.support.cli_runner import etl
+from tests.support.cli_runner import etl_here as etl
 
 pytestmark = pytest.mark.retention
 

@@ -1,7 +1,8 @@
 """A table no job of the pipeline file writes any more (here the quarantine table of a
 gate that was removed) would hold the pipeline's COMMIT back for ever: ``etl run`` and
 ``etl status`` report it with the command that retires it, and once retired COMMIT goes on
-(issue 12, "Pipelines in the catalog"). Through the real ``etl`` command."""
+(issue 12, "Pipelines in the catalog"). Through the real ``etl`` command, run in the test
+process (on the session's SparkSession)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli_runner import etl
+from tests.support.cli_runner import etl_here as etl
 from tests.support.pipeline_files import BLOCK_GATED_INGEST, INGEST
 
 
@@ -29,7 +30,7 @@ def _status(warehouse: Path, cwd: Path) -> dict:
 
 
 @pytest.mark.spark
-def test_a_table_no_job_writes_is_reported_until_retired(tmp_path):
+def test_a_table_no_job_writes_is_reported_until_retired(tmp_path, spark):
     warehouse, drops, shop = tmp_path / "wh", tmp_path / "drops", tmp_path / "shop.py"
     run = ("run", shop, "--once", "--format", "json", "--warehouse", warehouse)
     run += ("--param", f"dir={drops}")
