@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from catalog import Catalog, CatalogError, Lease, LeaseHeldError, StaleLeaseError
-from etl.errors import InternalError, LeaseLostError
+from etl.errors import InternalError, LeaseLostError, PipelineBusyError
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,19 @@ def owner_state(owner: str) -> OwnerState:
     if info.start is not None and start != info.start:
         return "dead"  # the pid was reused
     return "alive"
+
+
+def busy_error(pipeline: str, held: LeaseHeldError | Lease) -> PipelineBusyError:
+    """The error that says another live runner holds a job of ``pipeline``: who, since
+    when, until when, and whether its process is alive."""
+    return PipelineBusyError(
+        pipeline=pipeline,
+        job=held.job,
+        owner=held.owner,
+        acquired_at=held.acquired_at,
+        expires_at=held.expires_at,
+        owner_state=owner_state(held.owner),
+    )
 
 
 class LeaseKeeper:

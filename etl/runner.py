@@ -41,11 +41,10 @@ from etl.errors import (
     ExitCode,
     InternalError,
     JobError,
-    PipelineBusyError,
     UnclaimedTableError,
     UsageError,
 )
-from etl.leases import LeaseKeeper, make_owner, owner_state
+from etl.leases import LeaseKeeper, busy_error, make_owner
 from etl.pipeline import Job, Pipeline
 from etl.registration import catalog_pipeline_name, register_pipeline
 from etl.retention.gate import BatchGate
@@ -270,14 +269,7 @@ class Runner:
         try:
             keeper.acquire(job.name for job in self.pipeline.ordered_jobs())
         except LeaseHeldError as exc:
-            raise PipelineBusyError(
-                pipeline=self.pipeline.name,
-                job=exc.job,
-                owner=exc.owner,
-                acquired_at=exc.acquired_at,
-                expires_at=exc.expires_at,
-                owner_state=owner_state(exc.owner),
-            ) from exc
+            raise busy_error(self.pipeline.name, exc) from exc
         self._keeper = keeper
 
     def leases(self) -> dict[str, Lease]:

@@ -22,7 +22,7 @@ from etl.cli.app import (
     parse_params,
 )
 from etl.cli.render import print_json
-from etl.errors import PipelineBusyError, UsageError
+from etl.errors import UsageError
 
 retire_app = typer.Typer(
     help="Retire a job or table a pipeline no longer declares (its history stays readable), "
@@ -91,7 +91,7 @@ def resolve(
     """
     from catalog import ResolutionAction
     from etl.engine import resolve as resolving
-    from etl.leases import LeaseKeeper, make_owner, owner_state
+    from etl.leases import LeaseKeeper, busy_error, make_owner
     from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS
 
     chosen = [
@@ -122,14 +122,7 @@ def resolve(
         try:
             keeper.acquire([blocked.job])
         except LeaseHeldError as exc:
-            raise PipelineBusyError(
-                pipeline=catalog.get_job(blocked.job).pipeline,
-                job=exc.job,
-                owner=exc.owner,
-                acquired_at=exc.acquired_at,
-                expires_at=exc.expires_at,
-                owner_state=owner_state(exc.owner),
-            ) from exc
+            raise busy_error(catalog.get_job(blocked.job).pipeline, exc) from exc
         try:
             lease = keeper.lease(blocked.job)
             actor = _actor()

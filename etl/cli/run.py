@@ -516,24 +516,16 @@ def _result_json(result, pipeline, pipeline_name: str, undeclared: Undeclared) -
 def _check_not_held(catalog: Catalog, pipeline) -> None:
     """PipelineBusyError if another live run holds an unexpired lease of one of the jobs
     (a lease whose owner process is gone from this host does not count: it is taken over)."""
-    from etl.leases import owner_state
+    from etl.leases import busy_error, owner_state
 
     now = datetime.now(UTC)
     for job in pipeline.ordered_jobs():
         lease = catalog.get_lease(job.name)
         if lease is None or lease.expires_at <= now:
             continue
-        state = owner_state(lease.owner)
-        if state == "dead":
+        if owner_state(lease.owner) == "dead":
             continue
-        raise PipelineBusyError(
-            pipeline=pipeline.name,
-            job=job.name,
-            owner=lease.owner,
-            acquired_at=lease.acquired_at,
-            expires_at=lease.expires_at,
-            owner_state=state,
-        )
+        raise busy_error(pipeline.name, lease)
 
 
 def _retry_while_busy(attempt, deadline: float, wait: float = 0.0) -> None:
@@ -548,14 +540,7 @@ def _retry_while_busy(attempt, deadline: float, wait: float = 0.0) -> None:
             now = time.monotonic()
             if now >= deadline:
                 if wait:
-                    raise PipelineBusyError(
-                        pipeline=exc.pipeline,
-                        job=exc.job,
-                        owner=exc.owner,
-                        acquired_at=exc.acquired_at,
-                        expires_at=exc.expires_at,
-                        owner_state=exc.owner_state,
-                    ) from None
+                    raise exc from None
                 raise
             if now - said >= 5.0:
                 said = now
