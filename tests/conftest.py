@@ -10,6 +10,13 @@ import pytest
 
 pytest_plugins = ["tests.support.kafka_fixtures", "tests.support.demo_run"]
 
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""Options of every Spark driver JVM the tests start (the session's, and every ``etl`` or
+child process's, which inherit the environment): each runs small jobs for seconds to
+minutes, where C2's and G1's background threads cost more CPU than they save (about half
+of a JVM's CPU to start and run a few small queries, on 2 cores shared with the test)."""
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
+
 POSTGRES_ADMIN_URL = os.environ.get(
     "DELTA_BARRIER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
