@@ -31,6 +31,7 @@ from catalog import (
     JobFailureRecord,
     Lease,
     LeaseHeldError,
+    Revision,
 )
 from consistency import EpochBatch, admission_order, plan_batches
 from etl.engine import BatchResult, EpochEngine, RecoveryStep, StepAction, recover
@@ -44,6 +45,7 @@ from etl.errors import (
 )
 from etl.leases import LeaseKeeper, make_owner, owner_state
 from etl.pipeline import Job, Pipeline
+from etl.recompute import discard_abandoned
 from etl.registration import catalog_pipeline_name, register_pipeline
 from etl.retention.gate import BatchGate
 from etl.scheduling import (
@@ -105,6 +107,9 @@ class RunResult:
     catalog): the run exits 1."""
     retried: tuple[JobFailure, ...] = ()
     """Failed batches a retry made good (also on record in the catalog)."""
+    discarded: tuple[Revision, ...] = ()
+    """Revisions a killed ``etl recompute`` left building, rolled back by this run's
+    recovery (:func:`etl.recompute.discard_abandoned`)."""
 
     @property
     def blocked(self) -> tuple[BatchResult, ...]:
@@ -133,6 +138,7 @@ class RunResult:
             recovered=self.recovered + other.recovered,
             failures=self.failures + other.failures,
             retried=self.retried + other.retried,
+            discarded=self.discarded + other.discarded,
         )
 
 
@@ -300,7 +306,11 @@ class Runner:
     # -- the work ----------------------------------------------------------------------
 
     def recover(self, jobs: list[Job] | None = None) -> RunResult:
-        """Recover ``jobs`` (default: every job of the pipeline), upstream first."""
+        """Recover ``jobs`` (default: every job of the pipeline), upstream first, after
+        discarding the revisions a killed ``etl recompute`` left building."""
+        discarded = discard_abandoned(
+            self.catalog, self.pipeline, self.catalog_pipeline, self.leases()
+        )
         steps: list[RecoveryStep] = []
         for job in self.pipeline.ordered_jobs() if jobs is None else jobs:
             try:
@@ -308,7 +318,7 @@ class Runner:
             except Exception as exc:
                 self._record_failure(job, None, exc)
                 raise
-        return RunResult(recovered=tuple(steps))
+        return RunResult(recovered=tuple(steps), discarded=tuple(discarded))
 
     def _recover_job(self, job: Job) -> list[RecoveryStep]:
         """Recover ``job`` under the lease held now: its tables are claimed for this
