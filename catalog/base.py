@@ -519,7 +519,12 @@ class Catalog(ABC):
 
     @abstractmethod
     def switch_revision(
-        self, revision: int, *, generations: Mapping[str, int], seals: Sequence[SealRequest]
+        self,
+        revision: int,
+        *,
+        generations: Mapping[str, int],
+        seals: Sequence[SealRequest],
+        schemas: Mapping[str, str] | None = None,
     ) -> Revision:
         """Switch a BUILDING revision, in one transaction: for every table of it, its epoch
         states from the revision's first epoch through the newest epoch ``seals`` name for
@@ -529,7 +534,8 @@ class Catalog(ABC):
 
         ``generations``: the lease generation the recompute holds for every job writing
         the tables (StaleLeaseError if one was taken over: a recompute that lost a lease
-        never switches). RevisionStateError unless BUILDING.
+        never switches). ``schemas``: the tables' Delta schemas (JSON) after it, recorded in
+        the same transaction. RevisionStateError unless BUILDING.
         """
 
     @abstractmethod
@@ -537,9 +543,7 @@ class Catalog(ABC):
         """Mark a BUILDING revision DISCARDED (its Delta versions were rolled back)."""
 
     @abstractmethod
-    def revisions(
-        self, *, pipeline: str | None = None, table: str | None = None
-    ) -> list[Revision]:
+    def revisions(self, *, pipeline: str | None = None, table: str | None = None) -> list[Revision]:
         """Revisions (of ``pipeline``, or recomputing ``table``, when given), oldest first."""
 
     @abstractmethod

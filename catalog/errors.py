@@ -398,11 +398,13 @@ class RevisionStateError(CatalogError):
         self.state = state
         super().__init__(
             f"revision {revision} is {state}, so it cannot become {requested}: only a "
-            "BUILDING revision is switched or discarded (etl epochs --revisions lists them)"
+            "BUILDING revision is switched or discarded (etl epochs TABLE lists a table's revisions)"
         )
 
 
 class UnknownRevisionError(CatalogError):
     def __init__(self, revision: int):
         self.revision = revision
-        super().__init__(f"no revision {revision} in the catalog (etl epochs --revisions lists them)")
+        super().__init__(
+            f"no revision {revision} in the catalog (etl epochs TABLE lists a table's revisions)"
+        )

@@ -2657,7 +2657,12 @@ class SqlCatalog(Catalog):
         return self._revision(self._revision_row(conn, row.id))
 
     def switch_revision(
-        self, revision: int, *, generations: Mapping[str, int], seals: Sequence[SealRequest]
+        self,
+        revision: int,
+        *,
+        generations: Mapping[str, int],
+        seals: Sequence[SealRequest],
+        schemas: Mapping[str, str] | None = None,
     ) -> Revision:
         te, e = table_epochs_table, epochs_table
         with self._write() as conn:
@@ -2685,7 +2690,11 @@ class SqlCatalog(Catalog):
                 job = table_row.writer_job
                 last = requests[-1].epoch
                 through = max(through, last)
-                replaced = te.c.table_name == table, te.c.epoch >= row.from_epoch, te.c.epoch <= last
+                replaced = (
+                    te.c.table_name == table,
+                    te.c.epoch >= row.from_epoch,
+                    te.c.epoch <= last,
+                )
                 old = conn.execute(sa.select(te).where(*replaced)).all()
                 if old:
                     conn.execute(
@@ -2727,7 +2736,11 @@ class SqlCatalog(Catalog):
                         }
                     )
                 conn.execute(te.insert(), values)
-                conn.execute(epoch_history_table.insert(), [self._history_values(v) for v in values])
+                conn.execute(
+                    epoch_history_table.insert(), [self._history_values(v) for v in values]
+                )
+            for table, schema_json in (schemas or {}).items():
+                self._set_schema(conn, table, schema_json)
             # The manifests of the recomputed epochs name the replaced versions: record
             # them again from the new states (a now COALESCED epoch has none).
             conn.execute(
@@ -2740,18 +2753,14 @@ class SqlCatalog(Catalog):
             for epoch in epochs:
                 if epoch <= through:
                     self._record_commit(conn, now, epoch)
-            return self._finish_revision(
-                conn, row, RevisionState.SWITCHED, through_epoch=through
-            )
+            return self._finish_revision(conn, row, RevisionState.SWITCHED, through_epoch=through)
 
     def discard_revision(self, revision: int, *, note: str) -> Revision:
         with self._write() as conn:
             row = self._revision_row(conn, revision)
             return self._finish_revision(conn, row, RevisionState.DISCARDED, note=note)
 
-    def revisions(
-        self, *, pipeline: str | None = None, table: str | None = None
-    ) -> list[Revision]:
+    def revisions(self, *, pipeline: str | None = None, table: str | None = None) -> list[Revision]:
         r = revisions_table
         query = sa.select(r).order_by(r.c.id)
         if pipeline is not None:

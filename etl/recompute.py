@@ -30,6 +30,7 @@ import logging
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -43,7 +44,15 @@ from catalog import (
     SealRequest,
 )
 from consistency import META_JOB, META_REVISION, EpochBatch
-from etl.delta import EPOCH_COLUMN, Fence, claim_table, read_table, restore_table, table_version
+from etl.delta import (
+    EPOCH_COLUMN,
+    Fence,
+    claim_table,
+    open_table,
+    read_table,
+    restore_table,
+    table_version,
+)
 from etl.engine import EpochEngine, recover
 from etl.engine.commit import EpochWriter
 from etl.errors import PipelineBusyError, RecomputeError
@@ -54,6 +63,7 @@ from etl.registration import catalog_pipeline_name
 from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS
 
 log = logging.getLogger(__name__)
+
 
 def default_actor() -> str:
     """Who runs the recompute, as its revision records it: user@host."""
@@ -189,7 +199,9 @@ def _plan(
         if sealed.epoch not in ends:
             ends.append(sealed.epoch)
         missing = [
-            i.table for i in job.inputs if i.table in ends_of and sealed.epoch not in ends_of[i.table]
+            i.table
+            for i in job.inputs
+            if i.table in ends_of and sealed.epoch not in ends_of[i.table]
         ]
         if missing:
             raise RecomputeError(
@@ -237,7 +249,11 @@ def _base_version(catalog: Catalog, table: str, start: int) -> int | None:
     raise RecomputeError(
         f"table {table!r} cannot be recomputed from epoch {start}: epoch {start - 1} is "
         f"{state.state if state else 'not sealed'}"
-        + (f" (coalesced into epoch {state.coalesced_into})" if state and state.coalesced_into else "")
+        + (
+            f" (coalesced into epoch {state.coalesced_into})"
+            if state and state.coalesced_into
+            else ""
+        )
         + f", so no version holds the table as it was before epoch {start}; recompute from "
         f"epoch {batch_start}, where its batch starts (--from-epoch {batch_start})",
         tables=(table,),
@@ -276,6 +292,9 @@ class _Build:
         self.check = check
         self.versions: dict[str, dict[int, int]] = {}
         self.seals: list[SealRequest] = []
+        self.rewritten: set[str] = set()
+        """Tables recomputed from their first epoch whose first commit is still to come: it
+        overwrites them with the transform's schema, whatever changed."""
 
     def location(self, table: str) -> str:
         return self.catalog.get_table(table).location
@@ -285,6 +304,7 @@ class _Build:
         lease = self.leases[job.name]
         fence = Fence(job.name, lease.generation)
         tables = self.pipeline.tables_of(job)
+        self.rewritten |= {t for t in tables if plan.bases[t] is None}
         for table in tables:
             location = self.location(table)
             current = table_version(location)
@@ -336,7 +356,9 @@ class _Build:
         rejects: DataFrame | None = None
         if job.source is not None:
             frames, rejected = [], []
-            for recorded in catalog.slices(job.source.name, after=batch.first - 1, up_to=batch.last):
+            for recorded in catalog.slices(
+                job.source.name, after=batch.first - 1, up_to=batch.last
+            ):
                 for part in job.source.micro_batches(recorded.bounds):
                     data = job.source.read(session, part, epoch=recorded.epoch)
                     frames.append(data.rows)
@@ -376,7 +398,11 @@ class _Build:
         return 0
 
     def _record(
-        self, job: Job, batch: EpochBatch, attempt: int, written: Mapping[str, tuple[int | None, int]]
+        self,
+        job: Job,
+        batch: EpochBatch,
+        attempt: int,
+        written: Mapping[str, tuple[int | None, int]],
     ) -> None:
         """What the switch records for the batch: each table of the job at the version the
         batch left it at."""
@@ -406,14 +432,16 @@ class _Build:
         location = writer.location(table)
         base = table_version(location)
         batch = writer.batch
+        rewrite = table in self.rewritten
+        self.rewritten.discard(table)
         prepared = writer.prepare(
             table=table,
             frame=frame,
             mode=mode,  # type: ignore[arg-type]
-            base=base,
+            base=None if rewrite else base,  # a merge into nothing writes its rows as they are
             name=f"r{self.revision.id}-{batch.last}-{writer.attempt}",
         )
-        overwrite = mode == "overwrite"
+        overwrite = rewrite or mode == "overwrite"
         if base is not None and not (
             prepared.files or prepared.removes or prepared.deletes or overwrite
         ):
@@ -429,6 +457,7 @@ class _Build:
             part=0,
             final=True,
             overwrite=overwrite,
+            replace_schema=rewrite,
         )
         maybe_crash("after_commit", job=writer.job.name, epoch=batch.last)
         return version, prepared.rows
@@ -531,7 +560,7 @@ def recompute(
         discarded = discard_abandoned(catalog, pipeline, name, leases)
         engine = EpochEngine(pipeline=pipeline, catalog=catalog, spark=spark)
         for job in jobs:
-            recover(engine, job, leases[job.name], check_lease=lambda j=job.name: keeper.check(j))
+            recover(engine, job, leases[job.name], check_lease=partial(keeper.check, job.name))
         plans = _plan(catalog, pipeline, jobs, request)
         revision = catalog.begin_revision(
             pipeline=name,
@@ -557,6 +586,7 @@ def recompute(
             revision.id,
             generations={plan.job.name: leases[plan.job.name].generation for plan in plans},
             seals=build.seals,
+            schemas={t: open_table(build.location(t)).schema().to_json() for t in revision.tables},
         )
         for plan in plans:
             maybe_crash("after_seal", job=plan.job.name, epoch=through)

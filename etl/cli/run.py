@@ -657,7 +657,9 @@ def _discarded_line(revision) -> str:
 @app.command()
 @guard
 def recompute(
-    tables: Annotated[list[str], typer.Argument(metavar="TABLE...", help="The tables to recompute.")],
+    tables: Annotated[
+        list[str], typer.Argument(metavar="TABLE...", help="The tables to recompute.")
+    ],
     pipeline_file: Annotated[
         Path, typer.Option("--pipeline", help="The pipeline file with the fixed transforms.")
     ],

@@ -266,9 +266,7 @@ class EpochEngine:
                 inputs = self.read_inputs(job, batch, session, versions)
                 _size_session(session, list(inputs.values()))
             with clock.stage("transform"):
-                rows, per_epoch = self.transform(
-                    job, session, batch, epoch.barrier_ts, inputs
-                )
+                rows, per_epoch = self.transform(job, session, batch, epoch.barrier_ts, inputs)
             written = writer.write(
                 written, table=job.output, frame=rows, part=0, final=True, mode=job.mode
             )

@@ -14,24 +14,28 @@ import signal
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
 from catalog import RevisionState, load_catalog
 from etl import Runner, snapshot
 from etl.errors import RecomputeError
+from etl.faults import FAULT_EXIT_CODE
 from etl.loader import load_pipeline
-from etl.recompute import recompute_jobs
+from etl.recompute import RecomputeRequest, recompute, recompute_jobs
 from tests.support.cli_runner import etl, start
 
 TABLES = ["words", "word_counts", "cnt_counts"]
 
-CHAIN = '''
+CHAIN = """
 from etl import FileSource, Pipeline, param
 
 FACTOR = int(param("factor", "1"))
+CNT_TYPE = param("cnt_type", "bigint")
 
 pipeline = Pipeline("fixchain")
 pipeline.ingest(
@@ -44,7 +48,7 @@ pipeline.sql(
     output="word_counts",
     inputs=["words"],
     mode="overwrite",
-    query=f"SELECT word, count(*) * {FACTOR} AS cnt FROM words GROUP BY word",
+    query=f"SELECT word, CAST(count(*) * {FACTOR} AS {CNT_TYPE}) AS cnt FROM words GROUP BY word",
 )
 pipeline.sql(
     "count_cnts",
@@ -53,7 +57,7 @@ pipeline.sql(
     mode="overwrite",
     query="SELECT cnt, count(*) AS words FROM word_counts GROUP BY cnt",
 )
-'''
+"""
 
 
 class Chain:
@@ -71,9 +75,16 @@ class Chain:
     def params(self, factor: int) -> list[str]:
         return ["--param", f"input_dir={self.incoming}", "--param", f"factor={factor}"]
 
+    def pipeline(self, *, factor: int, cnt_type: str = "bigint"):
+        params = {"input_dir": str(self.incoming), "factor": str(factor), "cnt_type": cnt_type}
+        return load_pipeline(self.file, params)
+
+    def runner(self, spark, *, factor: int) -> Runner:
+        pipeline = self.pipeline(factor=factor)
+        return Runner(pipeline, catalog=self.catalog, warehouse=str(self.warehouse), spark=spark)
+
     def run_buggy(self, spark, files: list[list[str]]) -> None:
-        pipeline = load_pipeline(self.file, {"input_dir": str(self.incoming), "factor": "2"})
-        runner = Runner(pipeline, catalog=self.catalog, warehouse=str(self.warehouse), spark=spark)
+        runner = self.runner(spark, factor=2)
         for index, words in enumerate(files):
             (self.incoming / f"{index}.txt").write_text("\n".join(words) + "\n")
             assert runner.run_once().exit_code == 0
@@ -97,15 +108,15 @@ def _verdict(cut: dict[str, list[dict]]) -> tuple[int | None, bool]:
     """(the factor word_counts holds against words, None if none; whether the cut mixes
     revisions: cnt_counts is not what its transform makes of word_counts)."""
     counts = Counter(r["word"] for r in cut["words"])
-    factors = {r["cnt"] / counts[r["word"]] for r in cut["word_counts"]}
+    factors = {int(r["cnt"]) / counts[r["word"]] for r in cut["word_counts"]}
     factor = int(factors.pop()) if len(factors) == 1 else None
     made = dict(Counter(r["cnt"] for r in cut["word_counts"]))
     mixed = made != {r["cnt"]: r["words"] for r in cut["cnt_counts"]}
     return factor, mixed
 
 
-def repeatable_read(chain: Chain) -> tuple[int | None, bool]:
-    with snapshot(chain.catalog, TABLES, "repeatable-read") as snap:
+def repeatable_read(chain: Chain, **as_of) -> tuple[int | None, bool]:
+    with snapshot(chain.catalog, TABLES, "repeatable-read", **as_of) as snap:
         return _verdict({t: _rows(chain.location(t), snap.versions[t]) for t in TABLES})
 
 
@@ -143,6 +154,11 @@ def test_repeatable_read_never_sees_a_mixed_cut_during_a_recompute(tmp_path, spa
     chain = Chain(tmp_path)
     chain.run_buggy(spark, WORDS)
     assert repeatable_read(chain) == (2, False)
+    with snapshot(chain.catalog, TABLES, "repeatable-read") as snap:
+        chain.catalog.create_tag(
+            "before-fix", epoch=snap.epoch, versions=snap.versions, pipeline="fixchain"
+        )
+    before = datetime.now(UTC)
 
     # Paused right after word_counts' new content is committed, before cnt_counts is.
     proc = start(
@@ -180,6 +196,77 @@ def test_repeatable_read_never_sees_a_mixed_cut_during_a_recompute(tmp_path, spa
     factors = [factor for factor, _ in seen]
     assert factors == sorted(factors, reverse=True), "a reader saw the old revision after the new"
     assert repeatable_read(chain) == (1, False)
+    # Time travel to before the switch reads what readers saw then: the old revision.
+    assert repeatable_read(chain, as_of_time=before) == (2, False)
+    assert repeatable_read(chain, as_of_tag="before-fix") == (2, False)
+    assert repeatable_read(chain, as_of_time=datetime.now(UTC)) == (1, False)
     (revision,) = chain.catalog.revisions()
     assert revision.state is RevisionState.SWITCHED
     assert (revision.tables, revision.reason) == (("word_counts", "cnt_counts"), "factor fix")
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_killed_recompute_is_discarded_by_the_next_recover_or_recompute(tmp_path, spark):
+    chain = Chain(tmp_path)
+    chain.run_buggy(spark, WORDS)
+
+    # Killed with every table written, just before the switch: nothing of it is visible.
+    killed = chain.recompute(DELTA_BARRIER_FAULT="before_seal@count_words")
+    assert killed.returncode == FAULT_EXIT_CODE, killed.stderr[-3000:]
+    assert repeatable_read(chain) == (2, False)
+    assert [r.state for r in chain.catalog.revisions()] == [RevisionState.BUILDING]
+    # The next run's recovery (etl recover, etl run) rolls it back and says so.
+    with chain.runner(spark, factor=1) as runner:
+        recovered = runner.recover()
+    assert [(r.id, r.state) for r in recovered.discarded] == [(1, RevisionState.DISCARDED)]
+    assert one_by_one_latest(chain) == (2, False)  # the tables hold the old revision again
+
+    # Killed in the middle of the build: the next recompute discards it, says so, switches.
+    killed = chain.recompute(DELTA_BARRIER_FAULT="after_commit@count_cnts")
+    assert killed.returncode == FAULT_EXIT_CODE, killed.stderr[-3000:]
+    assert repeatable_read(chain) == (2, False)
+    done = chain.recompute()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "discarded revision 2" in done.stdout
+    assert "revision 3 switched" in done.stdout
+    assert repeatable_read(chain) == one_by_one_latest(chain) == (1, False)
+    assert [r.state for r in chain.catalog.revisions()] == [
+        RevisionState.DISCARDED,
+        RevisionState.DISCARDED,
+        RevisionState.SWITCHED,
+    ]
+    # etl status and etl epochs show revisions: which tables, which epochs, why, by whom.
+    status = etl("status", "--warehouse", chain.warehouse, cwd=tmp_path)
+    assert "revision 3 switched" in status.stdout, status.stdout
+    epochs = etl("epochs", "cnt_counts", "--warehouse", chain.warehouse, cwd=tmp_path).stdout
+    assert "revision 1 discarded" in epochs and "revision 3 switched" in epochs, epochs
+    assert "cnt_counts from epoch 1 through 2 ('factor fix' by " in epochs, epochs
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_recompute_from_the_first_epoch_changes_a_type_delta_cannot_widen(tmp_path, spark):
+    chain = Chain(tmp_path)
+    chain.run_buggy(spark, WORDS)
+    before = datetime.now(UTC)
+    result = recompute(
+        chain.catalog,
+        chain.pipeline(factor=1, cnt_type="string"),
+        spark,
+        RecomputeRequest(("word_counts",), downstream=True, reason="cnt as text"),
+        warehouse=str(chain.warehouse),
+    )
+    assert [(t.table, t.batches) for t in result.tables] == [
+        ("word_counts", ((1, 2),)),
+        ("cnt_counts", ((1, 2),)),
+    ]
+    with snapshot(chain.catalog, TABLES, "repeatable-read") as snap:
+        new = DeltaTable(chain.location("word_counts"), version=snap.versions["word_counts"])
+    assert pa.schema(new.schema().to_arrow()).field("cnt").type == pa.string()
+    assert repeatable_read(chain) == (1, False)
+    # The old revision keeps its type, for time travel to before the switch.
+    with snapshot(chain.catalog, TABLES, "repeatable-read", as_of_time=before) as snap:
+        old = DeltaTable(chain.location("word_counts"), version=snap.versions["word_counts"])
+    assert pa.schema(old.schema().to_arrow()).field("cnt").type == pa.int64()
+    assert repeatable_read(chain, as_of_time=before) == (2, False)
