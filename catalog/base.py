@@ -512,7 +512,14 @@ class Catalog(ABC):
 
     @abstractmethod
     def begin_revision(
-        self, *, pipeline: str, tables: Sequence[str], from_epoch: int, reason: str, actor: str
+        self,
+        *,
+        pipeline: str,
+        tables: Sequence[str],
+        from_epoch: int,
+        reason: str,
+        actor: str,
+        owner: str,
     ) -> Revision:
         """Record a recompute of ``tables`` from ``from_epoch`` on, BUILDING. Nothing a
         reader resolves changes until :meth:`switch_revision`."""

@@ -358,6 +358,9 @@ class Revision:
     reason: str
     actor: str
     """Who asked for it (user@host)."""
+    owner: str
+    """The recompute process building it (its lease owner): while that process lives, a
+    run of the pipeline leaves the revision's jobs to it."""
     state: RevisionState
     started_at: datetime | None = None
     finished_at: datetime | None = None

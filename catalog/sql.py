@@ -394,6 +394,7 @@ revisions_table = sa.Table(
     _epoch_column("through_epoch"),
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("actor", sa.Text, nullable=False),
+    sa.Column("owner", sa.Text, nullable=False),
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("started_at", UtcDateTime, nullable=False),
     sa.Column("finished_at", UtcDateTime),
@@ -2609,6 +2610,7 @@ class SqlCatalog(Catalog):
             from_epoch=row.from_epoch,
             reason=row.reason,
             actor=row.actor,
+            owner=row.owner,
             state=RevisionState(row.state),
             started_at=row.started_at,
             finished_at=row.finished_at,
@@ -2625,7 +2627,14 @@ class SqlCatalog(Catalog):
         return row
 
     def begin_revision(
-        self, *, pipeline: str, tables: Sequence[str], from_epoch: int, reason: str, actor: str
+        self,
+        *,
+        pipeline: str,
+        tables: Sequence[str],
+        from_epoch: int,
+        reason: str,
+        actor: str,
+        owner: str,
     ) -> Revision:
         r = revisions_table
         with self._write() as conn:
@@ -2638,6 +2647,7 @@ class SqlCatalog(Catalog):
                 from_epoch=from_epoch,
                 reason=reason,
                 actor=actor,
+                owner=owner,
                 state=RevisionState.BUILDING.value,
                 started_at=self._now(conn),
             )

@@ -28,8 +28,10 @@ from __future__ import annotations
 import getpass
 import logging
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
@@ -473,43 +475,83 @@ def _union(frames: Sequence[DataFrame]) -> DataFrame:
 # -- abandoned revisions -----------------------------------------------------------------
 
 
-def abandoned_revisions(catalog: Catalog, pipeline: str) -> list[Revision]:
-    """The pipeline's revisions left BUILDING."""
+def _is_alive(catalog: Catalog, revision: Revision) -> bool:
+    """Whether the recompute building ``revision`` may still be at work: its process runs
+    on this host, or (on another host) it holds a live lease of one of its jobs."""
+    state = owner_state(revision.owner)
+    if state != "unknown":
+        return state == "alive"
+    now = datetime.now(UTC)
+    return any(
+        (lease := catalog.get_lease(job)) is not None
+        and lease.owner == revision.owner
+        and lease.expires_at > now
+        for job in {t.writer_job for t in map(catalog.get_table, revision.tables) if t.writer_job}
+    )
+
+
+def building_revisions(catalog: Catalog, pipeline: str) -> list[Revision]:
+    """The pipeline's revisions BUILDING (a recompute at work, or one killed)."""
     return [r for r in catalog.revisions(pipeline=pipeline) if r.state is RevisionState.BUILDING]
+
+
+def abandoned_revisions(catalog: Catalog, pipeline: str) -> list[Revision]:
+    """The pipeline's revisions BUILDING whose recompute is gone."""
+    return [r for r in building_revisions(catalog, pipeline) if not _is_alive(catalog, r)]
+
+
+def requested_jobs(catalog: Catalog, pipeline: Pipeline, name: str, *, owner: str) -> set[str]:
+    """The jobs of pipeline ``name`` that a live recompute other than ``owner`` builds a
+    revision of: a run leaves them to it until the revision is no longer BUILDING."""
+    return {
+        writer_of(pipeline, table).name
+        for revision in building_revisions(catalog, name)
+        if revision.owner != owner and _is_alive(catalog, revision)
+        for table in revision.tables
+    }
+
+
+def _roll_back(
+    catalog: Catalog, pipeline: Pipeline, revision: Revision, leases: Mapping[str, Lease], note: str
+) -> Revision:
+    """Claim the revision's tables and RESTORE each to its sealed version; mark it DISCARDED."""
+    jobs = {writer_of(pipeline, t).name: writer_of(pipeline, t) for t in revision.tables}
+    for job in jobs.values():
+        fence = Fence(job.name, leases[job.name].generation)
+        for table in pipeline.tables_of(job):
+            location = catalog.get_table(table).location
+            current = claim_table(location, fence=fence)
+            sealed = catalog.latest_written([table]).get(table)
+            target = sealed.delta_version if sealed is not None else None
+            if current is not None and target != current:
+                restore_table(
+                    location,
+                    to_version=target,
+                    planned_at=current,
+                    fence=fence,
+                    metadata={META_REVISION: revision.id, META_JOB: job.name},
+                )
+    return catalog.discard_revision(revision.id, note=note)
 
 
 def discard_abandoned(
     catalog: Catalog, pipeline: Pipeline, name: str, leases: Mapping[str, Lease]
 ) -> list[Revision]:
-    """Discard every revision of pipeline ``name`` left BUILDING whose jobs' leases are in
-    ``leases`` (so its recompute can never switch it any more: the generations moved on):
-    each of its tables is claimed and RESTOREd to its sealed version, then the revision is
-    marked DISCARDED. Returns the discarded revisions."""
+    """Discard every revision of pipeline ``name`` whose recompute is gone and whose jobs'
+    leases are in ``leases`` (so it can never be switched: the generations moved on): its
+    tables are RESTOREd to their sealed versions. Returns the discarded revisions."""
     discarded = []
     for revision in abandoned_revisions(catalog, name):
-        jobs = {writer_of(pipeline, t).name: writer_of(pipeline, t) for t in revision.tables}
-        if any(job not in leases for job in jobs):
+        if any(writer_of(pipeline, t).name not in leases for t in revision.tables):
             continue
-        for job in jobs.values():
-            fence = Fence(job.name, leases[job.name].generation)
-            for table in pipeline.tables_of(job):
-                location = catalog.get_table(table).location
-                current = claim_table(location, fence=fence)
-                sealed = catalog.latest_written([table]).get(table)
-                target = sealed.delta_version if sealed is not None else None
-                if current is not None and target != current:
-                    restore_table(
-                        location,
-                        to_version=target,
-                        planned_at=current,
-                        fence=fence,
-                        metadata={META_REVISION: revision.id, META_JOB: job.name},
-                    )
         discarded.append(
-            catalog.discard_revision(
-                revision.id,
-                note="abandoned before its switch (killed or failed); its Delta versions "
-                "were rolled back to the sealed ones",
+            _roll_back(
+                catalog,
+                pipeline,
+                revision,
+                leases,
+                note="abandoned before its switch (killed); its Delta versions were rolled "
+                "back to the sealed ones",
             )
         )
         log.warning("discarded revision %s (abandoned before its switch)", revision.id)
@@ -528,14 +570,17 @@ def recompute(
     warehouse: str,
     owner: str | None = None,
     lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS,
+    wait_seconds: float = 60.0,
 ) -> RecomputeResult:
     """Recompute ``request.tables`` (see the module docstring); raises RecomputeError for
-    a request that cannot be done (nothing switched), PipelineBusyError while another run
-    holds a lease it needs."""
+    a request that cannot be done (nothing switched), PipelineBusyError when a lease it
+    needs stays held for ``wait_seconds`` (a run of the pipeline leaves the jobs to it as
+    soon as their batches end: the revision, recorded first, asks for them)."""
     name = catalog_pipeline_name(pipeline, catalog, warehouse)
     for table in request.tables:
         catalog.get_table(table)  # UnknownTableError names it
     jobs = recompute_jobs(pipeline, request.tables, downstream=request.downstream)
+    owner = owner or make_owner()
     stale_jobs = {
         writer_of(pipeline, t).name
         for revision in abandoned_revisions(catalog, name)
@@ -543,38 +588,50 @@ def recompute(
     }
     chosen = {j.name for j in jobs}
     lease_jobs = [j.name for j in pipeline.ordered_jobs() if j.name in chosen | stale_jobs]
-    keeper = LeaseKeeper(catalog, owner=owner or make_owner(), ttl_seconds=lease_ttl_seconds)
-    try:
-        keeper.acquire(lease_jobs)
-    except LeaseHeldError as exc:
-        raise PipelineBusyError(
-            pipeline=pipeline.name,
-            job=exc.job,
-            owner=exc.owner,
-            acquired_at=exc.acquired_at,
-            expires_at=exc.expires_at,
-            owner_state=owner_state(exc.owner),
-        ) from exc
+    revision = catalog.begin_revision(
+        pipeline=name,
+        tables=[t for job in jobs for t in pipeline.tables_of(job)],
+        from_epoch=request.from_epoch or min(catalog.get_table(j.output).first_epoch for j in jobs),
+        reason=request.reason,
+        actor=request.actor,
+        owner=owner,
+    )
+    keeper = LeaseKeeper(catalog, owner=owner, ttl_seconds=lease_ttl_seconds)
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            keeper.acquire(lease_jobs)
+            break
+        except LeaseHeldError as exc:
+            if time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            catalog.discard_revision(
+                revision.id, note=f"job {exc.job}'s lease stayed held by {exc.owner}"
+            )
+            raise PipelineBusyError(
+                pipeline=pipeline.name,
+                job=exc.job,
+                owner=exc.owner,
+                acquired_at=exc.acquired_at,
+                expires_at=exc.expires_at,
+                owner_state=owner_state(exc.owner),
+            ) from exc
     try:
         leases = {job: keeper.lease(job) for job in lease_jobs}
         discarded = discard_abandoned(catalog, pipeline, name, leases)
         engine = EpochEngine(pipeline=pipeline, catalog=catalog, spark=spark)
-        for job in jobs:
-            recover(engine, job, leases[job.name], check_lease=partial(keeper.check, job.name))
-        plans = _plan(catalog, pipeline, jobs, request)
-        revision = catalog.begin_revision(
-            pipeline=name,
-            tables=[t for plan in plans for t in pipeline.tables_of(plan.job)],
-            from_epoch=min(plan.batches[0].first for plan in plans),
-            reason=request.reason,
-            actor=request.actor,
-        )
         build = _Build(engine, revision, leases, keeper.check)
         try:
+            for job in jobs:
+                recover(engine, job, leases[job.name], check_lease=partial(keeper.check, job.name))
+            plans = _plan(catalog, pipeline, jobs, request)
             results = tuple(build.run(plan) for plan in plans)
         except Exception as exc:
             # Roll the revision back now rather than leave it to the next recompute.
-            discard_abandoned(catalog, pipeline, name, leases)
+            _roll_back(catalog, pipeline, revision, leases, note=f"failed: {exc}")
+            if isinstance(exc, RecomputeError):
+                raise
             raise RecomputeError(
                 f"revision {revision.id} failed and was discarded (readers never saw it): {exc}",
                 tables=revision.tables,
@@ -584,7 +641,7 @@ def recompute(
             maybe_crash("before_seal", job=plan.job.name, epoch=through)
         switched = catalog.switch_revision(
             revision.id,
-            generations={plan.job.name: leases[plan.job.name].generation for plan in plans},
+            generations={job.name: leases[job.name].generation for job in jobs},
             seals=build.seals,
             schemas={t: open_table(build.location(t)).schema().to_json() for t in revision.tables},
         )
@@ -601,9 +658,11 @@ __all__ = [
     "RevisionWriter",
     "TableRecompute",
     "abandoned_revisions",
+    "building_revisions",
     "default_actor",
     "discard_abandoned",
     "recompute",
     "recompute_jobs",
+    "requested_jobs",
     "writer_of",
 ]

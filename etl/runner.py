@@ -45,7 +45,7 @@ from etl.errors import (
 )
 from etl.leases import LeaseKeeper, make_owner, owner_state
 from etl.pipeline import Job, Pipeline
-from etl.recompute import discard_abandoned
+from etl.recompute import discard_abandoned, requested_jobs
 from etl.registration import catalog_pipeline_name, register_pipeline
 from etl.retention.gate import BatchGate
 from etl.scheduling import (
@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 _MAX_RECLAIMS = 3
 """Times one run recovers a job again after a table appeared under its batch; past that the
 batch fails (something else keeps creating the job's tables)."""
+_RECOMPUTE_CHECK_SECONDS = 1.0
+"""How often a run looks for a recompute asking for its jobs (one catalog query)."""
 
 
 @dataclass(frozen=True)
@@ -273,7 +275,11 @@ class Runner:
         keeper = self._keeper
         if keeper is None:
             return {}
-        return {job.name: keeper.lease(job.name) for job in self.pipeline.ordered_jobs()}
+        return {
+            job.name: keeper.lease(job.name)
+            for job in self.pipeline.ordered_jobs()
+            if keeper.holds(job.name)  # a job left to a recompute is not
+        }
 
     @property
     def taken_over(self) -> list[Lease]:
@@ -557,6 +563,35 @@ class Runner:
         # The others are not planned again (planning costs catalog round trips): epochs
         # belong to the pipeline, so only its own jobs make another job's epochs runnable.
         dirty = {job.name for job in jobs}
+        left: set[str] = set()
+        """Jobs left to a recompute (their leases released) until its revision is switched."""
+        recomputes_checked_at = 0.0
+
+        def follow_recomputes(busy: set[str]) -> None:
+            """Leave the jobs a live ``etl recompute`` asks for to it once their batch ends
+            (the rest of the pipeline goes on); take them back once its revision is no
+            longer BUILDING, recover them (claim their tables) and go on from the switch."""
+            keeper = self._keeper
+            if keeper is None:
+                return
+            asked = requested_jobs(
+                self.catalog, self.pipeline, self.catalog_pipeline, owner=self.owner
+            )
+            for name in sorted(asked - left - busy):
+                keeper.give_up(name)
+                left.add(name)
+                ready.pop(name, None)
+                log.info("job %s waits for a recompute of its tables (etl recompute)", name)
+            for name in sorted(left - asked):
+                try:
+                    keeper.take(name)
+                except LeaseHeldError:
+                    continue  # the recompute has not given it back yet
+                left.discard(name)
+                recovered.extend(self._recover_job(by_name[name]))
+                dirty.add(name)
+                log.info("job %s goes on after the recompute of its tables", name)
+
         ready: dict[str, EpochBatch] = {}
         """The next batch of each job that is runnable but waits for a free slot."""
         draining = False
@@ -582,8 +617,16 @@ class Runner:
                     retry_at.clear()  # a stopping run retries nothing more
                 retry_due(time.monotonic())
                 busy = {job.name for job, _, _ in running.values()}
+                if time.monotonic() >= recomputes_checked_at:
+                    recomputes_checked_at = time.monotonic() + _RECOMPUTE_CHECK_SECONDS
+                    follow_recomputes(busy)
                 for job in jobs:
-                    if job.name in busy or job.name in stopped or job.name not in dirty:
+                    if (
+                        job.name in busy
+                        or job.name in stopped
+                        or job.name in left
+                        or job.name not in dirty
+                    ):
                         continue
                     dirty.discard(job.name)
                     batches = self.plan(

@@ -684,6 +684,16 @@ def recompute(
         ),
     ] = False,
     reason: Annotated[str, typer.Option(help="Why (kept with the revision).")] = "",
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            metavar="S",
+            min=0,
+            help="How long to wait for a run of the pipeline to leave the jobs to the "
+            "recompute (it does once their batches end); then exit 3.",
+        ),
+    ] = 60.0,
     param: Params = [],  # noqa: B006 - typer needs a literal default
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
@@ -701,7 +711,9 @@ def recompute(
     readers all at once.
 
     While it runs every reader (read-committed, repeatable-read) sees the old data; one
-    catalog transaction then switches every recomputed table together. A killed recompute
+    catalog transaction then switches every recomputed table together. A continuous run
+    of the pipeline leaves the recomputed tables' jobs to it meanwhile and goes on from the
+    switch; its other jobs keep running. A killed recompute
     is discarded (its versions rolled back) by the next `etl recompute` or `etl recover`.
 
     Example: etl recompute word_counts --downstream --pipeline pipeline.py --reason "fix"
@@ -713,7 +725,6 @@ def recompute(
     _quiet(verbose)
     catalog = open_catalog(warehouse, catalog_url)
     pipeline = _load(pipeline_file, param, catalog, check_sources=False)
-    _check_not_held(catalog, pipeline)  # before Spark starts
     request = RecomputeRequest(
         tables=tuple(tables),
         downstream=downstream,
@@ -723,7 +734,9 @@ def recompute(
         actor=default_actor(),
     )
     spark = _spark_log(build_spark(master=master, app_name="etl-recompute"), verbose)
-    result = recomputing(catalog, pipeline, spark, request, warehouse=str(warehouse.resolve()))
+    result = recomputing(
+        catalog, pipeline, spark, request, warehouse=str(warehouse.resolve()), wait_seconds=wait
+    )
     revision = result.revision
     if format == "json":
         print_json(

@@ -181,7 +181,7 @@ def test_a_v1_catalog_is_refused_then_upgraded_in_place(shared_catalog_url):
     assert [t.name for t in catalog.list_tables()] == ["orders", "raw"]
     assert {s.table: s.pipeline for s in catalog.table_status()}["orders"] == "sales"
     revision = catalog.begin_revision(
-        pipeline=PIPELINE_DEFAULT, tables=["raw"], from_epoch=1, reason="r", actor="a"
+        pipeline=PIPELINE_DEFAULT, tables=["raw"], from_epoch=1, reason="r", actor="a", owner="o"
     )
     assert catalog.discard_revision(revision.id, note="n").state == RevisionState.DISCARDED
     catalog.close()

@@ -19,7 +19,7 @@ def test_a_read_as_of_before_a_switch_resolves_the_old_revision(tmp_path):
         for job, table in (("ja", "a"), ("jb", "b")):
             catalog.seal(job, leases[job].generation, [SealRequest(table, epoch, epoch)])
     revision = catalog.begin_revision(
-        pipeline="default", tables=["a", "b"], from_epoch=1, reason="", actor="me"
+        pipeline="default", tables=["a", "b"], from_epoch=1, reason="", actor="me", owner="o"
     )
     before = revision.started_at
     catalog.switch_revision(

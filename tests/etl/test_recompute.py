@@ -270,3 +270,48 @@ def test_a_recompute_from_the_first_epoch_changes_a_type_delta_cannot_widen(tmp_
         old = DeltaTable(chain.location("word_counts"), version=snap.versions["word_counts"])
     assert pa.schema(old.schema().to_arrow()).field("cnt").type == pa.int64()
     assert repeatable_read(chain, as_of_time=before) == (2, False)
+
+
+def _until(condition, what: str, proc=None) -> None:
+    for _ in range(3000):
+        if condition():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the run ended before {what}: {proc.communicate()[1][-3000:]}")
+        time.sleep(0.1)
+    raise AssertionError(f"never: {what}")
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_continuous_run_leaves_the_recomputed_jobs_to_it_and_goes_on_after(tmp_path, spark):
+    chain = Chain(tmp_path)
+    chain.run_buggy(spark, WORDS)
+
+    def written(table: str) -> int:
+        return chain.catalog.latest_written([table])[table].epoch
+
+    run = start(
+        "run", chain.file, "--continuous", "--epoch-interval", "1", *chain.params(2),
+        "--warehouse", chain.warehouse, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        _until(lambda: written("cnt_counts") >= 4, "the run sealed epoch 4", run)
+        started = written("words")
+        done = chain.recompute()
+        assert done.returncode == 0, done.stderr[-3000:]
+        (revision,) = chain.catalog.revisions()
+        assert revision.state is RevisionState.SWITCHED
+        # The table outside the recompute stayed fresh: its job kept sealing epochs.
+        assert written("words") > started
+        # The recomputed tables' jobs go on from the switch.
+        _until(
+            lambda: written("cnt_counts") > (revision.through_epoch or 0),
+            "cnt_counts sealed an epoch after the switch",
+            run,
+        )
+        assert repeatable_read(chain)[1] is False
+    finally:
+        run.send_signal(signal.SIGINT)
+        out, errors = run.communicate(timeout=300)
+    assert run.returncode == 0, errors[-3000:]
