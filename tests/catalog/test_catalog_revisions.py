@@ -30,7 +30,12 @@ def test_a_switch_replaces_every_table_of_the_revision_at_once(chain):
     catalog = chain.catalog
     _three_epochs(chain)
     revision = catalog.begin_revision(
-        pipeline="default", tables=["counts"], from_epoch=2, reason="fix", actor="me@host", owner="host:1:x"
+        pipeline="default",
+        tables=["counts"],
+        from_epoch=2,
+        reason="fix",
+        actor="me@host",
+        owner="host:1:x",
     )
     assert revision.state is RevisionState.BUILDING
     assert catalog.latest_written(["counts"])["counts"].delta_version == 13  # nothing yet
@@ -59,7 +64,12 @@ def test_a_recompute_that_lost_a_lease_never_switches(chain):
     catalog = chain.catalog
     _three_epochs(chain)
     revision = catalog.begin_revision(
-        pipeline="default", tables=["counts"], from_epoch=1, reason="", actor="me@host", owner="host:1:x"
+        pipeline="default",
+        tables=["counts"],
+        from_epoch=1,
+        reason="",
+        actor="me@host",
+        owner="host:1:x",
     )
     catalog.release_lease(chain.count)
     catalog.acquire_lease("count", "runner-b", ttl_seconds=60)
