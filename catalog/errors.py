@@ -388,3 +388,23 @@ class InvalidRetentionPolicyError(RetentionError):
         self.pipeline = pipeline
         of = f"pipeline {pipeline!r}" if pipeline else "the catalog-wide default"
         super().__init__(f"retention policy of {of} is not valid JSON: {reason}")
+
+
+class RevisionStateError(CatalogError):
+    """A revision asked to switch or be discarded is no longer building."""
+
+    def __init__(self, *, revision: int, state: str, requested: str):
+        self.revision = revision
+        self.state = state
+        super().__init__(
+            f"revision {revision} is {state}, so it cannot become {requested}: only a "
+            "BUILDING revision is switched or discarded (etl epochs TABLE lists a table's revisions)"
+        )
+
+
+class UnknownRevisionError(CatalogError):
+    def __init__(self, revision: int):
+        self.revision = revision
+        super().__init__(
+            f"no revision {revision} in the catalog (etl epochs TABLE lists a table's revisions)"
+        )

@@ -334,3 +334,38 @@ class TableStatus:
     latest_written_barrier_ts: datetime | None = None
     """The barrier timestamp of ``latest_written``: freshness in seconds."""
     pipeline_latest_commit: CommitManifest | None = None
+
+
+class RevisionState(StrEnum):
+    """Where a recompute of tables (a revision of their epochs) stands."""
+
+    BUILDING = "BUILDING"
+    """Its Delta versions are being written; no catalog reader sees them."""
+    SWITCHED = "SWITCHED"
+    """One catalog transaction recorded its versions for every table of it together."""
+    DISCARDED = "DISCARDED"
+    """Abandoned (killed, or failed) before the switch; its versions were rolled back."""
+
+
+@dataclass(frozen=True)
+class Revision:
+    """A recompute of tables from an epoch on: recorded when it starts, switched at once."""
+
+    id: int
+    pipeline: str
+    tables: tuple[str, ...]
+    from_epoch: int
+    reason: str
+    actor: str
+    """Who asked for it (user@host)."""
+    owner: str
+    """The recompute process building it (its lease owner): while that process lives, a
+    run of the pipeline leaves the revision's jobs to it."""
+    state: RevisionState
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    """When it was switched or discarded."""
+    through_epoch: int | None = None
+    """The newest epoch it recomputed (set at the switch)."""
+    note: str | None = None
+    """Why it was discarded."""

@@ -34,6 +34,7 @@ from consistency.models import (
     META_FINAL,
     META_FIRST_EPOCH,
     META_JOB,
+    META_REVISION,
     META_ROLLBACK_OF,
     EpochBatch,
     Level,
@@ -48,6 +49,7 @@ from consistency.models import (
 )
 from consistency.recovery import DATA_NEUTRAL_OPERATIONS, plan_recovery
 from consistency.resolve import EpochHistory, resolve_snapshot
+from consistency.revisions import HistoryAt, switched_after
 from consistency.states import LEGAL_TRANSITIONS, GlobalState, check_transition, global_state
 
 __all__ = [
@@ -62,6 +64,7 @@ __all__ = [
     "META_FINAL",
     "META_FIRST_EPOCH",
     "META_JOB",
+    "META_REVISION",
     "META_ROLLBACK_OF",
     "BatchPlanError",
     "ConsistencyError",
@@ -70,6 +73,7 @@ __all__ = [
     "EpochNotReadableError",
     "ForeignCommitError",
     "GlobalState",
+    "HistoryAt",
     "Level",
     "LogCommit",
     "NoAlignedCutError",
@@ -95,4 +99,5 @@ __all__ = [
     "plan_batches",
     "plan_recovery",
     "resolve_snapshot",
+    "switched_after",
 ]

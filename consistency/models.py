@@ -151,6 +151,8 @@ META_BATCH = "delta_barrier.batch"
 META_AUDIT = "delta_barrier.audit"
 META_ROLLBACK_OF = "delta_barrier.rollback_of"
 META_GENERATION = "delta_barrier.generation"
+META_REVISION = "delta_barrier.revision"
+"""On the commits (and RESTOREs) of a recompute: the revision (etl recompute) they build."""
 # Written by the Delta layer besides the keys above. COMMIT_ID lets a writer tell whether
 # its own commit landed after an ambiguous failure; RESTORED_TO marks a rollback to
 # "before version 0" (an overwrite removing every file, since Delta cannot RESTORE to a

@@ -36,6 +36,7 @@ __all__ = [
     "PipelineLoadError",
     "QualityError",
     "QuarantineMismatchError",
+    "RecomputeError",
     "SchemaMismatchError",
     "SourceError",
     "SqlTablesError",
@@ -171,8 +172,19 @@ class SchemaMismatchError(EtlError):
             f"schema change for Delta table {table!r} that Delta cannot make in place: "
             f"{details}. The table has {self.expected}, the rows have {self.got}. New "
             "nullable columns are added in place; for any other change make the job produce "
-            "the table's columns and types again, or write the changed output to a new table"
+            "the table's columns and types again, or recompute the table and everything "
+            f"derived from it with the new transform: etl recompute {table.rstrip('/').rsplit('/', 1)[-1]} "
+            "--downstream "
+            "--pipeline FILE"
         )
+
+
+class RecomputeError(EtlError):
+    """A recompute (``etl recompute``) that cannot be done as asked: nothing was switched."""
+
+    def __init__(self, message: str, *, tables: Sequence[str] = ()):
+        self.tables = tuple(tables)
+        super().__init__(message)
 
 
 class InvalidWriteOptionError(EtlError):

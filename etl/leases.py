@@ -168,6 +168,26 @@ class LeaseKeeper:
             self.taken_over.append(held)
             return lease
 
+    def take(self, job: str) -> None:
+        """Take one more job's lease; LeaseHeldError leaves the leases held as they are."""
+        lease = self._acquire(job)
+        with self._lock:
+            self._leases[job] = lease
+            self._lost.pop(job, None)
+        self._start()
+
+    def give_up(self, job: str) -> None:
+        """Release one job's lease (a recompute asks for it); the others stay held."""
+        with self._lock:
+            lease = self._leases.pop(job, None)
+            self._lost.pop(job, None)
+        if lease is not None:
+            self.catalog.release_lease(lease)
+
+    def holds(self, job: str) -> bool:
+        with self._lock:
+            return job in self._leases
+
     def lease(self, job: str) -> Lease:
         """The job's current lease; LeaseLostError if another runner took it over."""
         with self._lock:

@@ -22,7 +22,15 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import build_scope
 
 from catalog import Catalog, CatalogReadOnlyError, DeltaBarrierError, UnknownTableError, as_utc
-from consistency import Level, Snapshot, parse_level, resolve_snapshot
+from consistency import (
+    EpochHistory,
+    HistoryAt,
+    Level,
+    Snapshot,
+    parse_level,
+    resolve_snapshot,
+    switched_after,
+)
 from etl.delta import read_arrow, read_table, table_version
 from etl.delta.maintenance import same_rows_version
 from etl.delta.read import missing_files
@@ -738,12 +746,16 @@ def snapshot(
     with ``pin`` (the default) it holds a retention pin while open, so maintenance never
     removes what it reads, and ``close()`` (or leaving the ``with``) releases it.
     """
+    if as_of_tag is not None and (as_of_epoch is not None or as_of_time is not None):
+        raise SqlTablesError(
+            sql=str(tables_or_sql), problem="give one of as_of_epoch, as_of_time, as_of_tag"
+        )
+    # The catalog as readers saw it then: a cut named before a recompute's switch reads
+    # the revision it named (docs/design.md, "Recompute: revisions").
+    seen_at = as_of_time
     if as_of_tag is not None:
-        if as_of_epoch is not None or as_of_time is not None:
-            raise SqlTablesError(
-                sql=str(tables_or_sql), problem="give one of as_of_epoch, as_of_time, as_of_tag"
-            )
-        as_of_epoch = catalog.get_tag(as_of_tag).epoch
+        tag = catalog.get_tag(as_of_tag)
+        as_of_epoch, seen_at = tag.epoch, tag.created_at
     if isinstance(tables_or_sql, str):
         if _looks_like_sql(tables_or_sql):
             tables = tables_in_sql(tables_or_sql)
@@ -768,8 +780,11 @@ def snapshot(
     latest_versions = None
     if parsed is Level.READ_UNCOMMITTED:
         latest_versions = {t: table_version(catalog.get_table(t).location) for t in tables}
+    history: EpochHistory = catalog
+    if seen_at is not None and switched_after(catalog.revisions(), seen_at):
+        history = HistoryAt(catalog, seen_at)
     resolved = resolve_snapshot(
-        catalog,
+        history,
         tables,
         parsed,
         latest_versions=latest_versions,

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from catalog import PIPELINE_DEFAULT, Catalog, EpochState
+from catalog import PIPELINE_DEFAULT, Catalog, EpochState, Revision, RevisionState
 from etl.errors import UsageError
 
 
@@ -80,6 +80,8 @@ class PipelineStatus:
     pins: int = 0
     """Open readers' pins on its cuts."""
     tags: list[str] = field(default_factory=list)
+    last_revision: dict[str, object] | None = None
+    """Its newest revision (etl recompute): id, state, tables, epochs, why, who, when."""
 
 
 @dataclass(frozen=True)
@@ -326,6 +328,10 @@ def status_report(
                 f"retention: {expired} epoch(s) expired, {pinned} pin(s), "
                 f"tags {', '.join(tagged) or '-'}"
             )
+        revisions = catalog.revisions(pipeline=info.name)
+        last_revision = revision_json(revisions[-1]) if revisions else None
+        if revisions:
+            parts.append(revision_text(revisions[-1], now))
         pipelines.append(
             PipelineStatus(
                 pipeline=info.name,
@@ -344,9 +350,42 @@ def status_report(
                 expired_epochs=expired,
                 pins=pinned,
                 tags=tagged,
+                last_revision=last_revision,
             )
         )
     return StatusReport(generated_at=now, pipelines=pipelines, tables=rows)
+
+
+def revision_json(revision: Revision) -> dict[str, object]:
+    """A revision as ``etl status`` and ``etl epochs`` report it."""
+    return {
+        "id": revision.id,
+        "state": revision.state.value,
+        "tables": list(revision.tables),
+        "from_epoch": revision.from_epoch,
+        "through_epoch": revision.through_epoch,
+        "reason": revision.reason,
+        "actor": revision.actor,
+        "started_at": revision.started_at,
+        "finished_at": revision.finished_at,
+        "note": revision.note,
+    }
+
+
+def revision_text(revision: Revision, now: datetime) -> str:
+    """One line: which revision, how far, of what, why and by whom."""
+    if revision.state is RevisionState.BUILDING:
+        when = f"building since {_human(_age(now, revision.started_at))} ago"
+    else:
+        when = f"{revision.state.value.lower()} {_human(_age(now, revision.finished_at))} ago"
+    epochs = f"from epoch {revision.from_epoch}" + (
+        f" through {revision.through_epoch}" if revision.through_epoch is not None else ""
+    )
+    why = f"{revision.reason!r} " if revision.reason else ""
+    return (
+        f"revision {revision.id} {when}: {', '.join(revision.tables)} {epochs} "
+        f"({why}by {revision.actor})"
+    )
 
 
 def _human(seconds: float | None) -> str:
@@ -455,6 +494,8 @@ __all__ = [
     "check_pipeline",
     "lineage_graph",
     "lineage_text",
+    "revision_json",
+    "revision_text",
     "status_report",
     "to_json",
 ]

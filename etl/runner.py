@@ -34,6 +34,7 @@ from catalog import (
     JobFailureRecord,
     Lease,
     LeaseHeldError,
+    Revision,
 )
 from consistency import EpochBatch, admission_order, plan_batches
 from etl.engine import BatchResult, EpochEngine, RecoveryStep, StepAction, recover
@@ -46,6 +47,7 @@ from etl.errors import (
 )
 from etl.leases import LeaseKeeper, busy_error, make_owner
 from etl.pipeline import Job, Pipeline
+from etl.recompute import discard_abandoned, requested_jobs
 from etl.registration import catalog_pipeline_name, register_pipeline
 from etl.retention.gate import BatchGate
 from etl.scheduling import (
@@ -65,6 +67,8 @@ _MAX_RECOVERIES_AFTER_INTERRUPTION = 3
 """Times one run recovers a job again after a batch was interrupted from outside (a table
 appeared under it, or the catalog lost its session mid-transaction); past that the batch
 fails (something else keeps creating the job's tables, or the catalog keeps failing)."""
+_RECOMPUTE_CHECK_SECONDS = 1.0
+"""How often a run looks for a recompute asking for its jobs (one catalog query)."""
 
 
 def _once_more_if_interrupted(call: Callable[[], T]) -> T:
@@ -122,6 +126,9 @@ class RunResult:
     catalog): the run exits 1."""
     retried: tuple[JobFailure, ...] = ()
     """Failed batches a retry made good (also on record in the catalog)."""
+    discarded: tuple[Revision, ...] = ()
+    """Revisions a killed ``etl recompute`` left building, rolled back by this run's
+    recovery (:func:`etl.recompute.discard_abandoned`)."""
 
     @property
     def blocked(self) -> tuple[BatchResult, ...]:
@@ -150,6 +157,7 @@ class RunResult:
             recovered=self.recovered + other.recovered,
             failures=self.failures + other.failures,
             retried=self.retried + other.retried,
+            discarded=self.discarded + other.discarded,
         )
 
 
@@ -277,7 +285,11 @@ class Runner:
         keeper = self._keeper
         if keeper is None:
             return {}
-        return {job.name: keeper.lease(job.name) for job in self.pipeline.ordered_jobs()}
+        return {
+            job.name: keeper.lease(job.name)
+            for job in self.pipeline.ordered_jobs()
+            if keeper.holds(job.name)  # a job left to a recompute is not
+        }
 
     @property
     def taken_over(self) -> list[Lease]:
@@ -310,7 +322,11 @@ class Runner:
     # -- the work ----------------------------------------------------------------------
 
     def recover(self, jobs: list[Job] | None = None) -> RunResult:
-        """Recover ``jobs`` (default: every job of the pipeline), upstream first."""
+        """Recover ``jobs`` (default: every job of the pipeline), upstream first, after
+        discarding the revisions a killed ``etl recompute`` left building."""
+        discarded = discard_abandoned(
+            self.catalog, self.pipeline, self.catalog_pipeline, self.leases()
+        )
         steps: list[RecoveryStep] = []
         for job in self.pipeline.ordered_jobs() if jobs is None else jobs:
             try:
@@ -318,7 +334,7 @@ class Runner:
             except Exception as exc:
                 self._record_failure(job, None, exc)
                 raise
-        return RunResult(recovered=tuple(steps))
+        return RunResult(recovered=tuple(steps), discarded=tuple(discarded))
 
     def _recover_job(self, job: Job) -> list[RecoveryStep]:
         """Recover ``job`` under the lease held now: its tables are claimed for this
@@ -559,6 +575,35 @@ class Runner:
         # The others are not planned again (planning costs catalog round trips): epochs
         # belong to the pipeline, so only its own jobs make another job's epochs runnable.
         dirty = {job.name for job in jobs}
+        left: set[str] = set()
+        """Jobs left to a recompute (their leases released) until its revision is switched."""
+        recomputes_checked_at = 0.0
+
+        def follow_recomputes(busy: set[str]) -> None:
+            """Leave the jobs a live ``etl recompute`` asks for to it once their batch ends
+            (the rest of the pipeline goes on); take them back once its revision is no
+            longer BUILDING, recover them (claim their tables) and go on from the switch."""
+            keeper = self._keeper
+            if keeper is None:
+                return
+            asked = requested_jobs(
+                self.catalog, self.pipeline, self.catalog_pipeline, owner=self.owner
+            )
+            for name in sorted(asked - left - busy):
+                keeper.give_up(name)
+                left.add(name)
+                ready.pop(name, None)
+                log.info("job %s waits for a recompute of its tables (etl recompute)", name)
+            for name in sorted(left - asked):
+                try:
+                    keeper.take(name)
+                except LeaseHeldError:
+                    continue  # the recompute has not given it back yet
+                left.discard(name)
+                recovered.extend(self._recover_job(by_name[name]))
+                dirty.add(name)
+                log.info("job %s goes on after the recompute of its tables", name)
+
         ready: dict[str, EpochBatch] = {}
         """The next batch of each job that is runnable but waits for a free slot."""
         draining = False
@@ -584,8 +629,16 @@ class Runner:
                     retry_at.clear()  # a stopping run retries nothing more
                 retry_due(time.monotonic())
                 busy = {job.name for job, _, _ in running.values()}
+                if time.monotonic() >= recomputes_checked_at:
+                    recomputes_checked_at = time.monotonic() + _RECOMPUTE_CHECK_SECONDS
+                    _once_more_if_interrupted(partial(follow_recomputes, busy))
                 for job in jobs:
-                    if job.name in busy or job.name in stopped or job.name not in dirty:
+                    if (
+                        job.name in busy
+                        or job.name in stopped
+                        or job.name in left
+                        or job.name not in dirty
+                    ):
                         continue
                     dirty.discard(job.name)
                     batches = _once_more_if_interrupted(

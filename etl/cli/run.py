@@ -593,10 +593,14 @@ def recover(
     # that cannot be reached now does not keep it from bringing the tables back.
     pipeline = _load(pipeline_file, param, catalog, check_sources=False)
     _check_not_held(catalog, pipeline)  # before Spark starts
-    if not any(needs_recovery(catalog, pipeline, job) for job in pipeline.ordered_jobs()):
+    from etl.recompute import abandoned_revisions
+
+    name = catalog_pipeline_name(pipeline, catalog, str(warehouse.resolve()))
+    if not abandoned_revisions(catalog, name) and not any(
+        needs_recovery(catalog, pipeline, job) for job in pipeline.ordered_jobs()
+    ):
         # Nothing to seal or roll back: no Spark is started to say so.
         if format == "json":
-            name = catalog_pipeline_name(pipeline, catalog, str(warehouse.resolve()))
             print_json(
                 _result_json(RunResult(), pipeline, name, undeclared(pipeline, catalog, name))
             )
@@ -616,7 +620,9 @@ def recover(
             _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
         )
         raise typer.Exit(result.exit_code)
-    if not result.recovered:
+    for revision in result.discarded:
+        typer.echo(_discarded_line(revision))
+    if not result.recovered and not result.discarded:
         typer.echo("nothing to recover: catalog and tables agree")
     for step in result.recovered:
         typer.echo(f"{step.table}: {step.action} epoch(s) {', '.join(map(str, step.epochs))}")
@@ -625,7 +631,124 @@ def recover(
     raise typer.Exit(result.exit_code)
 
 
+def _discarded_line(revision) -> str:
+    return (
+        f"discarded revision {revision.id} ({', '.join(revision.tables)} from epoch "
+        f"{revision.from_epoch}, started {revision.started_at:%Y-%m-%d %H:%M:%S} by "
+        f"{revision.actor}): it was never switched, its versions were rolled back"
+    )
+
+
+@app.command()
+@guard
+def recompute(
+    tables: Annotated[
+        list[str], typer.Argument(metavar="TABLE...", help="The tables to recompute.")
+    ],
+    pipeline_file: Annotated[
+        Path, typer.Option("--pipeline", help="The pipeline file with the fixed transforms.")
+    ],
+    downstream: Annotated[
+        bool,
+        typer.Option(
+            "--downstream", help="Recompute every table derived from them too (else refused)."
+        ),
+    ] = False,
+    from_epoch: Annotated[
+        int | None,
+        typer.Option(
+            "--from-epoch", metavar="E", min=1, help="First epoch recomputed (default: all)."
+        ),
+    ] = None,
+    per_epoch: Annotated[
+        bool,
+        typer.Option(
+            "--per-epoch",
+            help="One batch per sealed epoch, keeping time travel epoch by epoch (default: "
+            "coalesced, as catch-up).",
+        ),
+    ] = False,
+    reason: Annotated[str, typer.Option(help="Why (kept with the revision).")] = "",
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            metavar="S",
+            min=0,
+            help="How long to wait for a run of the pipeline to leave the jobs to the "
+            "recompute (it does once their batches end); then exit 3.",
+        ),
+    ] = 60.0,
+    param: Params = [],  # noqa: B006 - typer needs a literal default
+    warehouse: Warehouse = Path("warehouse"),
+    catalog_url: CatalogUrl = None,
+    master: Annotated[
+        str | None, typer.Option(envvar="ETL_SPARK_MASTER", help="Spark master (default local[*]).")
+    ] = None,
+    format: Annotated[
+        TableOrJson, typer.Option("--format", case_sensitive=False, help="json: the revision.")
+    ] = TableOrJson.TABLE,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
+    ] = False,
+) -> None:
+    """Recompute tables from their inputs' history as a new revision, switched for
+    readers all at once.
+
+    While it runs every reader (read-committed, repeatable-read) sees the old data; one
+    catalog transaction then switches every recomputed table together. A continuous run
+    of the pipeline leaves the recomputed tables' jobs to it meanwhile and goes on from the
+    switch; its other jobs keep running. A killed recompute
+    is discarded (its versions rolled back) by the next `etl recompute` or `etl recover`.
+
+    Example: etl recompute word_counts --downstream --pipeline pipeline.py --reason "fix"
+    """
+    from etl.recompute import RecomputeRequest, default_actor
+    from etl.recompute import recompute as recomputing
+    from etl.spark import build_spark
+
+    _quiet(verbose)
+    catalog = open_catalog(warehouse, catalog_url)
+    pipeline = _load(pipeline_file, param, catalog, check_sources=False)
+    request = RecomputeRequest(
+        tables=tuple(tables),
+        downstream=downstream,
+        from_epoch=from_epoch,
+        per_epoch=per_epoch,
+        reason=reason,
+        actor=default_actor(),
+    )
+    spark = _spark_log(build_spark(master=master, app_name="etl-recompute"), verbose)
+    result = recomputing(
+        catalog, pipeline, spark, request, warehouse=str(warehouse.resolve()), wait_seconds=wait
+    )
+    revision = result.revision
+    if format == "json":
+        print_json(
+            {
+                "revision": dataclasses.asdict(revision),
+                "tables": [dataclasses.asdict(t) for t in result.tables],
+                "discarded": [dataclasses.asdict(r) for r in result.discarded],
+            }
+        )
+        return
+    for discarded in result.discarded:
+        typer.echo(_discarded_line(discarded))
+    for table in result.tables:
+        batches = ", ".join(f"{a}..{b}" if a < b else str(b) for a, b in table.batches)
+        typer.echo(
+            f"{table.table}: epochs {batches} recomputed by {table.job} "
+            f"({table.rows} rows, Delta version {table.version})"
+        )
+    typer.echo(
+        f"revision {revision.id} switched at {revision.finished_at:%Y-%m-%d %H:%M:%S}: "
+        f"{', '.join(revision.tables)} from epoch {revision.from_epoch} through "
+        f"{revision.through_epoch}, all at once"
+    )
+
+
 __all__ = [
+    "recompute",
     "recover",
     "run",
 ]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
 
+from catalog import RevisionState
 from etl.cli.app import CatalogUrl, PipelineName, Warehouse, app, guard, open_catalog
 from etl.cli.render import fitted_columns, out, rows_table
 from etl.errors import UsageError
@@ -276,6 +278,7 @@ def epochs(
         for tag in catalog.list_tags():
             tagged.setdefault(tag.epoch, []).append(tag.name)
         resolved = {r.epoch: r for r in catalog.resolutions(table)}
+        revisions = catalog.revisions(table=table)
         writer = info.writer_job
         failed: dict[int, list] = {}
         if writer is not None:
@@ -313,6 +316,7 @@ def epochs(
             "retention": _retention(
                 s, expired=expired, pinned=pinned, pinned_versions=pinned_versions, tagged=tagged
             ),
+            "revision": _revision_of(revisions, s.epoch),
         }
         for s in states
     ]
@@ -336,6 +340,7 @@ def epochs(
                     "failures": [_failure_json(f) for f in items],
                     "resolution": None,
                     "retention": None,
+                    "revision": None,
                 }
             )
     records.sort(key=lambda r: r["epoch"])
@@ -369,7 +374,30 @@ def epochs(
         columns.append("slice")
         for row, record in zip(cells, records, strict=True):
             row.append("catch-up" if record["catch_up"] else "")
+    if any(record["revision"] for record in records):
+        columns.append("revision")
+        for row, record in zip(cells, records, strict=True):
+            row.append(record["revision"])
     out.print(rows_table(columns, cells, title=f"epochs of {table}"))
+    if revisions:
+        from etl.report import revision_text
+
+        now = datetime.now(UTC)
+        for revision in revisions:
+            out.print(revision_text(revision, now), highlight=False, soft_wrap=True)
+
+
+def _revision_of(revisions, epoch: int) -> int | None:
+    """The switched revision whose versions the table's ``epoch`` is recorded at, if any."""
+    return max(
+        (
+            r.id
+            for r in revisions
+            if r.state is RevisionState.SWITCHED
+            and r.from_epoch <= epoch <= (r.through_epoch or r.from_epoch)
+        ),
+        default=None,
+    )
 
 
 def _pipeline_epochs(

@@ -529,9 +529,14 @@ def added_columns(table: DeltaTable, location: str, schema: pa.Schema) -> list[p
 def _evolved_metadata(table: DeltaTable, added: Sequence[pa.Field]) -> dict:
     """The metaData action of ``table`` with ``added`` appended to its schema (Delta
     protocol, "Change Metadata": a new nullable column needs no other action)."""
-    metadata = table.metadata()
     schema = json.loads(table.schema().to_json())
     schema["fields"] += json.loads(Schema.from_arrow(pa.schema(added)).to_json())["fields"]
+    return _metadata_action(table, schema)
+
+
+def _metadata_action(table: DeltaTable, schema: Mapping[str, Any]) -> dict:
+    """The metaData action of ``table`` with ``schema`` (a Delta schema as JSON)."""
+    metadata = table.metadata()
     return {
         "metaData": {
             "id": metadata.id,
@@ -747,6 +752,7 @@ def commit_files(
     deletes: Sequence[DeletedRows] = (),
     data_change: bool = True,
     deletion_vectors: bool = False,
+    replace_schema: bool = False,
 ) -> int:
     """Commit written files to the Delta log under ``fence``; returns the version holding them.
 
@@ -759,7 +765,10 @@ def commit_files(
     version). ``deletes`` give files new deletion vectors (a
     merge-on-read merge): each file must still have the DV it was planned on, else
     CommitConflictError. ``metadata`` goes into commitInfo with the job, its generation and
-    a commit id. ``data_change=False`` marks every add and remove as a rearrangement of
+    a commit id. ``replace_schema`` (an ``overwrite`` only): the table's schema becomes
+    ``schema`` in the same commit, whatever changed (Delta's overwriteSchema: a changed
+    type, a dropped or renamed column), as ``etl recompute`` does to a table it rewrites
+    from its first epoch; versions before it keep their schema. ``data_change=False`` marks every add and remove as a rearrangement of
     rows already in the table (compaction; Delta protocol, "Add File and Remove File":
     streaming readers do not read such files again).
 
@@ -779,6 +788,10 @@ def commit_files(
     if mode not in get_args(CommitMode):
         raise InvalidWriteOptionError(
             table=location, option="mode", reason=f"unknown mode {mode!r}"
+        )
+    if replace_schema and mode != "overwrite":
+        raise InvalidWriteOptionError(
+            table=location, option="replace_schema", reason="only an overwrite replaces the schema"
         )
     if mode == "overwrite" and (removes or deletes):
         raise InvalidWriteOptionError(
@@ -836,7 +849,10 @@ def commit_files(
         else:
             first_read = table.version()
         fence.require_claimed(table, location)
-        added = added_columns(table, location, schema)
+        replaced = replace_schema and _column_types(table.schema().to_json()) != _column_types(
+            Schema.from_arrow(schema).to_json()
+        )
+        added = [] if replace_schema else added_columns(table, location, schema)
         if list(partition_by) != list(table.metadata().partition_columns):
             raise InvalidWriteOptionError(
                 table=location,
@@ -847,17 +863,17 @@ def commit_files(
             )
         # delta-rs' write transactions carry no metadata change: a commit that adds columns
         # is our own, like one that sets deletion vectors.
-        if added or deletes or (removes and has_deletion_vectors(table)):
-            replaced = (
-                list(active_adds(location, table.version())) if mode == "overwrite" else removes
-            )
+        if added or replaced or deletes or (removes and has_deletion_vectors(table)):
+            gone = list(active_adds(location, table.version())) if mode == "overwrite" else removes
             try:
                 _commit_own(
                     location,
                     version=table.version() + 1,
                     actions=[_evolved_metadata(table, added)] * bool(added)
+                    + [_metadata_action(table, json.loads(Schema.from_arrow(schema).to_json()))]
+                    * replaced
                     + _file_actions(
-                        location, table.version(), replaced, deletes, data_change=data_change
+                        location, table.version(), gone, deletes, data_change=data_change
                     ),
                     files=files,
                     data_change=data_change,

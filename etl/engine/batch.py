@@ -237,7 +237,7 @@ class EpochEngine:
                 with clock.stage("read"):
                     data = job.source.read(session, part, epoch=batch.last)
                 with clock.stage("transform"):
-                    rows, _ = self._transform_reading(
+                    rows, _ = self.transform(
                         job, session, batch, epoch.barrier_ts, {job.source.name: data.rows}
                     )
                 if job.rejects_table and data.rejects is not None:
@@ -263,12 +263,10 @@ class EpochEngine:
                 if self._inputs_unchanged(job, versions):
                     return replace(self._seal_idle(writer), timings=clock.totals())
                 self._computed.pop(job.name, None)
-                inputs = self._read_inputs(job, batch, session, versions)
+                inputs = self.read_inputs(job, batch, session, versions)
                 _size_session(session, list(inputs.values()))
             with clock.stage("transform"):
-                rows, per_epoch = self._transform_reading(
-                    job, session, batch, epoch.barrier_ts, inputs
-                )
+                rows, per_epoch = self.transform(job, session, batch, epoch.barrier_ts, inputs)
             written = writer.write(
                 written, table=job.output, frame=rows, part=0, final=True, mode=job.mode
             )
@@ -487,7 +485,7 @@ class EpochEngine:
             )
         return versions
 
-    def _read_inputs(
+    def read_inputs(
         self,
         job: Job,
         batch: EpochBatch,
@@ -516,16 +514,21 @@ class EpochEngine:
         location = self.catalog.get_table(job.output).location
         return read_table(session, location, version=sealed.delta_version).drop(EPOCH_COLUMN)
 
-    def _transform_reading(
+    def transform(
         self,
         job: Job,
         session: SparkSession,
         batch: EpochBatch,
         barrier_ts,
         inputs: Mapping[str, DataFrame],
+        *,
+        read_previous: Callable[[], DataFrame | None] | None = None,
     ) -> tuple[DataFrame, bool]:
         """The transform's rows with ``_epoch``, and whether it read anything that changes
-        from one epoch to the next (its epoch, barrier time or own previous output)."""
+        from one epoch to the next (its epoch, barrier time or own previous output).
+
+        ``read_previous`` gives ``ctx.previous`` (default: the output at its latest sealed
+        version; a recompute gives the revision it builds)."""
         per_epoch = False
         if job.transform is None:
             (result,) = inputs.values()
@@ -537,7 +540,7 @@ class EpochEngine:
                 first_epoch=batch.first,
                 barrier_ts=barrier_ts,
                 inputs=dict(inputs),
-                read_previous=lambda: self._previous(job, session),
+                read_previous=read_previous or (lambda: self._previous(job, session)),
             )
             try:
                 if isinstance(job.transform, str):

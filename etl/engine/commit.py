@@ -295,8 +295,10 @@ class EpochWriter:
         overwrite: bool,
         audit: bool = False,
         deletes: Sequence[DeletedRows] = (),
+        replace_schema: bool = False,
     ) -> int:
-        """Commit written files of micro-batch ``part`` to ``table``; returns the version."""
+        """Commit written files of micro-batch ``part`` to ``table``; returns the version.
+        ``replace_schema``: see :func:`etl.delta.commit_files`."""
         job = self.job
         location = self.location(table)
         metadata: dict[str, str | int | bool] = {
@@ -321,6 +323,7 @@ class EpochWriter:
                 deletion_vectors=table == job.output
                 and job.mode == "merge"
                 and job.merge_strategy == "deletion-vectors",
+                replace_schema=replace_schema,
             )
         except SchemaMismatchError as exc:
             raise OutputSchemaError(job=job.name, epoch=self.batch.last, problem=str(exc)) from exc

@@ -192,12 +192,27 @@ def plan_expiry(catalog: Catalog, pipeline: str, *, now: datetime) -> tuple[list
 def _keep_versions(
     catalog: Catalog, tables: list[str], expired: set[int]
 ) -> tuple[dict[str, set[int]], dict[str, int]]:
-    """Per table: versions of kept cuts, pins and tags; and the latest sealed version."""
+    """Per table: versions of kept cuts (of the current revision and of those a recompute
+    replaced: time travel to before its switch reads them), pins and tags; and the latest
+    sealed version."""
     pins = catalog.active_pins()  # after the expiries were read: see the module docstring
     tags = catalog.list_tags()
+    replaced = [
+        state
+        for revision in catalog.revisions()
+        for state in catalog.superseded_states(revision.id)
+    ]
     keep: dict[str, set[int]] = {t: set() for t in tables}
     keep_from: dict[str, int] = {}
     for table in tables:
+        for row in replaced:
+            if (
+                row.table == table
+                and row.state == EpochState.WRITTEN
+                and row.delta_version is not None
+                and row.epoch not in expired
+            ):
+                keep[table].add(row.delta_version)
         sealed = None
         for row in catalog.table_epochs(table):
             if row.state == EpochState.WRITTEN and row.delta_version is not None:

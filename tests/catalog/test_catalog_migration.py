@@ -1,4 +1,5 @@
-"""A real v1 catalog, built from the frozen v1 schema, upgrades in place to v2."""
+"""A real v1 catalog, built from the frozen v1 schema, upgrades in place to the current
+schema (v2: pipelines, retention; v3: revisions)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from catalog import (
     EpochState,
     JobFailureRecord,
     JobSpec,
+    RevisionState,
     SchemaVersionError,
     SealRequest,
     SqlCatalog,
@@ -122,11 +124,11 @@ def build_v1_catalog(url: str) -> None:
 
 
 def test_a_v1_catalog_is_refused_then_upgraded_in_place(shared_catalog_url):
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     build_v1_catalog(shared_catalog_url)
     with pytest.raises(SchemaVersionError) as raised:
         load_catalog(shared_catalog_url)
-    assert (raised.value.found, raised.value.expected) == (1, 2)
+    assert (raised.value.found, raised.value.expected) == (1, 3)
     old = SqlCatalog.open_for_upgrade(shared_catalog_url)
     assert old.upgrade() == 1
     old.close()
@@ -178,6 +180,10 @@ def test_a_v1_catalog_is_refused_then_upgraded_in_place(shared_catalog_url):
     catalog.retire_table("counts")
     assert [t.name for t in catalog.list_tables()] == ["orders", "raw"]
     assert {s.table: s.pipeline for s in catalog.table_status()}["orders"] == "sales"
+    revision = catalog.begin_revision(
+        pipeline=PIPELINE_DEFAULT, tables=["raw"], from_epoch=1, reason="r", actor="a", owner="o"
+    )
+    assert catalog.discard_revision(revision.id, note="n").state == RevisionState.DISCARDED
     catalog.close()
 
 

@@ -1,0 +1,668 @@
+"""Recompute tables along the lineage as one revision that readers see all at once
+(``etl recompute``; docs/design.md, "Recompute: revisions").
+
+A recompute of the tables S from epoch E:
+
+1. takes the leases of the jobs writing S (their fence: a new generation), recovers them
+   (seal or roll back what a crashed run left), and discards any revision an earlier
+   recompute left BUILDING (its Delta versions are rolled back, saying so);
+2. records revision N BUILDING in the catalog;
+3. per job, upstream first: RESTOREs each of its tables to its version at epoch E-1 (or
+   empties it) and writes the epochs E..L again as new Delta versions, reading its inputs
+   inside S at the versions this revision wrote and the others at their sealed versions
+   (a source job replays its recorded slices); coalesced into as few batches as the
+   tables' latest epochs allow, or one batch per originally sealed epoch (``per_epoch``).
+   No catalog state changes: read-committed and repeatable-read readers go on reading the
+   recorded versions, i.e. the old revision;
+4. switches: one catalog transaction records the new versions of every table of S
+   together (the replaced states are kept with the revision), then gives the leases back.
+
+Every commit and RESTORE of a revision carries :data:`consistency.META_REVISION` in its
+commitInfo. Killed before the switch, the revision stays BUILDING: the next recompute, or
+``etl recover`` / ``etl run`` (:func:`discard_abandoned`), RESTOREs its tables to their
+sealed versions and marks it DISCARDED.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+
+from pyspark.sql import DataFrame, SparkSession
+
+from catalog import (
+    Catalog,
+    EpochState,
+    Lease,
+    LeaseHeldError,
+    Revision,
+    RevisionState,
+    SealRequest,
+)
+from consistency import META_JOB, META_REVISION, EpochBatch
+from etl.delta import (
+    EPOCH_COLUMN,
+    Fence,
+    claim_table,
+    open_table,
+    read_table,
+    restore_table,
+    table_version,
+)
+from etl.engine import EpochEngine, recover
+from etl.engine.commit import EpochWriter
+from etl.errors import PipelineBusyError, RecomputeError
+from etl.faults import maybe_crash
+from etl.leases import LeaseKeeper, make_owner, owner_state
+from etl.pipeline import Job, Pipeline
+from etl.registration import catalog_pipeline_name
+from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS
+
+log = logging.getLogger(__name__)
+
+
+def default_actor() -> str:
+    """Who runs the recompute, as its revision records it: user@host."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+@dataclass(frozen=True)
+class RecomputeRequest:
+    """What ``etl recompute`` was asked."""
+
+    tables: tuple[str, ...]
+    downstream: bool = False
+    """Recompute every table derived from ``tables`` too (else: refuse if there is one)."""
+    from_epoch: int | None = None
+    """The first epoch recomputed (default: each table's first epoch)."""
+    per_epoch: bool = False
+    """One batch per originally sealed epoch (time travel stays epoch-granular); else
+    coalesced into as few batches as the tables' latest epochs allow."""
+    reason: str = ""
+    actor: str = field(default_factory=default_actor)
+
+
+@dataclass(frozen=True)
+class TableRecompute:
+    """What a revision wrote into one table."""
+
+    table: str
+    job: str
+    batches: tuple[tuple[int, int], ...]
+    """The batches (first, last epoch) written, oldest first."""
+    version: int
+    """The Delta version of its newest recomputed epoch."""
+    rows: int
+
+
+@dataclass(frozen=True)
+class RecomputeResult:
+    revision: Revision
+    tables: tuple[TableRecompute, ...]
+    discarded: tuple[Revision, ...] = ()
+    """Revisions an earlier recompute left BUILDING that this one rolled back first."""
+
+
+# -- which jobs --------------------------------------------------------------------------
+
+
+def writer_of(pipeline: Pipeline, table: str) -> Job:
+    """The job that writes ``table`` (its output or a side output)."""
+    for job in pipeline.ordered_jobs():
+        if table in pipeline.tables_of(job):
+            return job
+    raise RecomputeError(
+        f"table {table!r} is not written by a job of pipeline {pipeline.name!r}; "
+        f"its tables: {sorted(t for j in pipeline.ordered_jobs() for t in pipeline.tables_of(j))}",
+        tables=(table,),
+    )
+
+
+def recompute_jobs(pipeline: Pipeline, tables: Sequence[str], *, downstream: bool) -> list[Job]:
+    """The jobs a recompute of ``tables`` runs, upstream first: their writers and, with
+    ``downstream``, every job reading what they write, transitively. Without it a job
+    reading a recomputed table is refused, naming its tables: it would be left derived
+    from data no reader sees any more."""
+    chosen = {writer_of(pipeline, table).name for table in tables}
+    ordered = pipeline.ordered_jobs()
+    left_out: dict[str, list[str]] = {}
+    for job in ordered:
+        if job.name in chosen:
+            continue
+        written = {t for j in ordered if j.name in chosen for t in pipeline.tables_of(j)}
+        read = [item.table for item in job.inputs if item.table in written]
+        if not read:
+            continue
+        if downstream:
+            chosen.add(job.name)
+        else:
+            left_out[job.output] = read
+    if left_out:
+        derived = ", ".join(f"{t} (reads {', '.join(r)})" for t, r in left_out.items())
+        raise RecomputeError(
+            f"recomputing {', '.join(tables)} would leave derived tables inconsistent with "
+            f"it: {derived}. Add --downstream to recompute them too, or name them",
+            tables=tuple(left_out),
+        )
+    return [job for job in ordered if job.name in chosen]
+
+
+# -- the plan ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _JobPlan:
+    job: Job
+    batches: tuple[EpochBatch, ...]
+    bases: Mapping[str, int | None]
+    """Per table of the job, the Delta version its content is restored to first (None:
+    empty): its version at the epoch before the first recomputed one."""
+
+
+def _plan(
+    catalog: Catalog, pipeline: Pipeline, jobs: Sequence[Job], request: RecomputeRequest
+) -> list[_JobPlan]:
+    inside = {t for job in jobs for t in pipeline.tables_of(job)}
+    first = request.from_epoch or min(catalog.get_table(j.output).first_epoch for j in jobs)
+    latest = catalog.latest_written([j.output for j in jobs])
+    if request.per_epoch:
+        candidates = {
+            s.epoch
+            for j in jobs
+            for s in catalog.table_epochs(j.output, after=first - 1)
+            if s.state is EpochState.WRITTEN
+        }
+    else:
+        candidates = {row.epoch for row in latest.values()}
+    plans: list[_JobPlan] = []
+    ends_of: dict[str, list[int]] = {}
+    for job in jobs:
+        info = catalog.get_table(job.output)
+        start = max(first, info.first_epoch)
+        sealed = latest.get(job.output)
+        if sealed is None or sealed.epoch < start:
+            continue
+        outside = [i.table for i in job.inputs if i.table not in inside]
+        upstream = [ends_of[i.table] for i in job.inputs if i.table in ends_of]
+        ends = []
+        for epoch in sorted(e for e in candidates if start <= e <= sealed.epoch):
+            if epoch != sealed.epoch and (
+                any(epoch not in found for found in upstream)
+                or not _written_at(catalog, outside, epoch)
+            ):
+                continue
+            ends.append(epoch)
+        if sealed.epoch not in ends:
+            ends.append(sealed.epoch)
+        missing = [
+            i.table
+            for i in job.inputs
+            if i.table in ends_of and sealed.epoch not in ends_of[i.table]
+        ]
+        if missing:
+            raise RecomputeError(
+                f"table {job.output!r} is sealed through epoch {sealed.epoch}, which its "
+                f"recomputed inputs {missing} do not reach: run the pipeline until they are "
+                "level (etl run FILE --once), then recompute",
+                tables=missing,
+            )
+        batches, previous = [], start - 1
+        for end in ends:
+            batches.append(EpochBatch(first=previous + 1, last=end))
+            previous = end
+        for table in pipeline.tables_of(job):
+            ends_of[table] = ends
+        plans.append(
+            _JobPlan(
+                job=job,
+                batches=tuple(batches),
+                bases={t: _base_version(catalog, t, start) for t in pipeline.tables_of(job)},
+            )
+        )
+    if not plans:
+        raise RecomputeError(
+            f"nothing to recompute: {', '.join(request.tables)} have no epoch sealed from "
+            f"epoch {first} on",
+            tables=request.tables,
+        )
+    return plans
+
+
+def _written_at(catalog: Catalog, tables: Sequence[str], epoch: int) -> bool:
+    states = catalog.states_at(tables, epoch)
+    return all(t in states and states[t].state is EpochState.WRITTEN for t in tables)
+
+
+def _base_version(catalog: Catalog, table: str, start: int) -> int | None:
+    """The version holding ``table``'s epochs before ``start``; None: none (empty)."""
+    if start <= catalog.get_table(table).first_epoch:
+        return None
+    state = catalog.table_epoch(table, start - 1)
+    if state is not None and state.state is EpochState.WRITTEN:
+        return state.delta_version
+    before = catalog.latest_written([table], at_or_before=start - 1).get(table)
+    batch_start = before.epoch + 1 if before is not None else catalog.get_table(table).first_epoch
+    raise RecomputeError(
+        f"table {table!r} cannot be recomputed from epoch {start}: epoch {start - 1} is "
+        f"{state.state if state else 'not sealed'}"
+        + (
+            f" (coalesced into epoch {state.coalesced_into})"
+            if state and state.coalesced_into
+            else ""
+        )
+        + f", so no version holds the table as it was before epoch {start}; recompute from "
+        f"epoch {batch_start}, where its batch starts (--from-epoch {batch_start})",
+        tables=(table,),
+    )
+
+
+# -- building the revision ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RevisionWriter(EpochWriter):
+    """Writes a revision's batches: the job's commits, tagged with the revision."""
+
+    revision: int = 0
+
+    @property
+    def metadata(self) -> dict[str, str | int | bool]:
+        return {**super().metadata, META_REVISION: self.revision}
+
+
+class _Build:
+    """One revision being written: the versions it has written so far, per table and epoch."""
+
+    def __init__(
+        self,
+        engine: EpochEngine,
+        revision: Revision,
+        leases: Mapping[str, Lease],
+        check: Callable[[str], None],
+    ) -> None:
+        self.engine = engine
+        self.catalog = engine.catalog
+        self.pipeline = engine.pipeline
+        self.revision = revision
+        self.leases = leases
+        self.check = check
+        self.versions: dict[str, dict[int, int]] = {}
+        self.seals: list[SealRequest] = []
+        self.rewritten: set[str] = set()
+        """Tables recomputed from their first epoch whose first commit is still to come: it
+        overwrites them with the transform's schema, whatever changed."""
+
+    def location(self, table: str) -> str:
+        return self.catalog.get_table(table).location
+
+    def run(self, plan: _JobPlan) -> TableRecompute:
+        job = plan.job
+        lease = self.leases[job.name]
+        fence = Fence(job.name, lease.generation)
+        tables = self.pipeline.tables_of(job)
+        self.rewritten |= {t for t in tables if plan.bases[t] is None}
+        for table in tables:
+            location = self.location(table)
+            current = table_version(location)
+            if current is not None and plan.bases[table] != current:
+                restore_table(
+                    location,
+                    to_version=plan.bases[table],
+                    planned_at=current,
+                    fence=fence,
+                    metadata={META_REVISION: self.revision.id, META_JOB: job.name},
+                )
+        rows = 0
+        for batch in plan.batches:
+            rows += self._batch(job, batch, lease)
+        output = self.versions[job.output]
+        return TableRecompute(
+            table=job.output,
+            job=job.name,
+            batches=tuple((b.first, b.last) for b in plan.batches),
+            version=output[plan.batches[-1].last],
+            rows=rows,
+        )
+
+    def _batch(self, job: Job, batch: EpochBatch, lease: Lease) -> int:
+        engine, catalog = self.engine, self.catalog
+        tables = self.pipeline.tables_of(job)
+        attempt = catalog.max_attempt(tables, batch.last) + 1
+        writer = RevisionWriter(
+            catalog=catalog,
+            spark=engine.spark,
+            job=job,
+            batch=batch,
+            attempt=attempt,
+            lease=lease,
+            check_lease=lambda: self.check(job.name),
+            locations={t: self.location(t) for t in tables},
+            revision=self.revision.id,
+        )
+        session = engine.spark.newSession()
+        barrier_ts = catalog.get_epoch(batch.last).barrier_ts
+        output_location = self.location(job.output)
+        previous = table_version(output_location)
+
+        def read_previous() -> DataFrame | None:
+            if previous is None:
+                return None
+            return read_table(session, output_location, version=previous).drop(EPOCH_COLUMN)
+
+        rejects: DataFrame | None = None
+        if job.source is not None:
+            frames, rejected = [], []
+            for recorded in catalog.slices(
+                job.source.name, after=batch.first - 1, up_to=batch.last
+            ):
+                for part in job.source.micro_batches(recorded.bounds):
+                    data = job.source.read(session, part, epoch=recorded.epoch)
+                    frames.append(data.rows)
+                    if data.rejects is not None:
+                        rejected.append(data.rejects)
+            if not frames:  # no slice recorded in the batch: it wrote nothing, nor does this
+                return self._unchanged(job, batch, attempt)
+            inputs = {job.source.name: _union(frames)}
+            if job.rejects_table and rejected:
+                rejects = _union(rejected)
+        else:
+            versions = {}
+            for item in job.inputs:
+                mine = self.versions.get(item.table)
+                if mine is not None:
+                    versions[item.table] = (self.location(item.table), mine[batch.last])
+                    continue
+                state = catalog.table_epoch(item.table, batch.last)
+                assert state is not None and state.delta_version is not None  # planned so
+                versions[item.table] = (self.location(item.table), state.delta_version)
+            inputs = engine.read_inputs(job, batch, session, versions)
+        rows, _ = engine.transform(
+            job, session, batch, barrier_ts, inputs, read_previous=read_previous
+        )
+        written = {job.output: self._write(writer, job.output, rows, job.mode)}
+        if rejects is not None and job.rejects_table:
+            from pyspark.sql import functions as F
+
+            if EPOCH_COLUMN not in rejects.columns:
+                rejects = rejects.withColumn(EPOCH_COLUMN, F.lit(batch.last).cast("long"))
+            written[job.rejects_table] = self._write(writer, job.rejects_table, rejects, "append")
+        self._record(job, batch, attempt, written)
+        return written[job.output][1]
+
+    def _unchanged(self, job: Job, batch: EpochBatch, attempt: int) -> int:
+        self._record(job, batch, attempt, {})
+        return 0
+
+    def _record(
+        self,
+        job: Job,
+        batch: EpochBatch,
+        attempt: int,
+        written: Mapping[str, tuple[int | None, int]],
+    ) -> None:
+        """What the switch records for the batch: each table of the job at the version the
+        batch left it at."""
+        for table in self.pipeline.tables_of(job):
+            version, count = written.get(table, (table_version(self.location(table)), 0))
+            if version is None:
+                raise RecomputeError(
+                    f"table {table!r} has no Delta version to record epoch {batch.last} at",
+                    tables=(table,),
+                )
+            self.versions.setdefault(table, {})[batch.last] = version
+            self.seals.append(
+                SealRequest(
+                    table=table,
+                    epoch=batch.last,
+                    delta_version=version,
+                    attempt=attempt,
+                    rows=count,
+                    first_epoch=batch.first,
+                )
+            )
+
+    def _write(
+        self, writer: RevisionWriter, table: str, frame: DataFrame, mode: str
+    ) -> tuple[int | None, int]:
+        """Write ``frame`` into ``table`` as one commit of the revision: (version, rows)."""
+        location = writer.location(table)
+        base = table_version(location)
+        batch = writer.batch
+        rewrite = table in self.rewritten
+        self.rewritten.discard(table)
+        prepared = writer.prepare(
+            table=table,
+            frame=frame,
+            mode=mode,  # type: ignore[arg-type]
+            base=None if rewrite else base,  # a merge into nothing writes its rows as they are
+            name=f"r{self.revision.id}-{batch.last}-{writer.attempt}",
+        )
+        overwrite = rewrite or mode == "overwrite"
+        if base is not None and not (
+            prepared.files or prepared.removes or prepared.deletes or overwrite
+        ):
+            return base, 0
+        writer.check_lease()
+        maybe_crash("before_commit", job=writer.job.name, epoch=batch.last)
+        version = writer.commit(
+            table=table,
+            schema=prepared.schema,
+            files=prepared.files,
+            removes=prepared.removes,
+            deletes=prepared.deletes,
+            part=0,
+            final=True,
+            overwrite=overwrite,
+            replace_schema=rewrite,
+        )
+        maybe_crash("after_commit", job=writer.job.name, epoch=batch.last)
+        return version, prepared.rows
+
+
+def _union(frames: Sequence[DataFrame]) -> DataFrame:
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame, allowMissingColumns=True)
+    return result
+
+
+# -- abandoned revisions -----------------------------------------------------------------
+
+
+def _is_alive(catalog: Catalog, revision: Revision) -> bool:
+    """Whether the recompute building ``revision`` may still be at work: its process runs
+    on this host, or (on another host) it holds a live lease of one of its jobs."""
+    state = owner_state(revision.owner)
+    if state != "unknown":
+        return state == "alive"
+    now = datetime.now(UTC)
+    return any(
+        (lease := catalog.get_lease(job)) is not None
+        and lease.owner == revision.owner
+        and lease.expires_at > now
+        for job in {t.writer_job for t in map(catalog.get_table, revision.tables) if t.writer_job}
+    )
+
+
+def building_revisions(catalog: Catalog, pipeline: str) -> list[Revision]:
+    """The pipeline's revisions BUILDING (a recompute at work, or one killed)."""
+    return [r for r in catalog.revisions(pipeline=pipeline) if r.state is RevisionState.BUILDING]
+
+
+def abandoned_revisions(catalog: Catalog, pipeline: str) -> list[Revision]:
+    """The pipeline's revisions BUILDING whose recompute is gone."""
+    return [r for r in building_revisions(catalog, pipeline) if not _is_alive(catalog, r)]
+
+
+def requested_jobs(catalog: Catalog, pipeline: Pipeline, name: str, *, owner: str) -> set[str]:
+    """The jobs of pipeline ``name`` that a live recompute other than ``owner`` builds a
+    revision of: a run leaves them to it until the revision is no longer BUILDING."""
+    return {
+        writer_of(pipeline, table).name
+        for revision in building_revisions(catalog, name)
+        if revision.owner != owner and _is_alive(catalog, revision)
+        for table in revision.tables
+    }
+
+
+def _roll_back(
+    catalog: Catalog, pipeline: Pipeline, revision: Revision, leases: Mapping[str, Lease], note: str
+) -> Revision:
+    """Claim the revision's tables and RESTORE each to its sealed version; mark it DISCARDED."""
+    jobs = {writer_of(pipeline, t).name: writer_of(pipeline, t) for t in revision.tables}
+    for job in jobs.values():
+        fence = Fence(job.name, leases[job.name].generation)
+        for table in pipeline.tables_of(job):
+            location = catalog.get_table(table).location
+            current = claim_table(location, fence=fence)
+            sealed = catalog.latest_written([table]).get(table)
+            target = sealed.delta_version if sealed is not None else None
+            if current is not None and target != current:
+                restore_table(
+                    location,
+                    to_version=target,
+                    planned_at=current,
+                    fence=fence,
+                    metadata={META_REVISION: revision.id, META_JOB: job.name},
+                )
+    return catalog.discard_revision(revision.id, note=note)
+
+
+def discard_abandoned(
+    catalog: Catalog, pipeline: Pipeline, name: str, leases: Mapping[str, Lease]
+) -> list[Revision]:
+    """Discard every revision of pipeline ``name`` whose recompute is gone and whose jobs'
+    leases are in ``leases`` (so it can never be switched: the generations moved on): its
+    tables are RESTOREd to their sealed versions. Returns the discarded revisions."""
+    discarded = []
+    for revision in abandoned_revisions(catalog, name):
+        if any(writer_of(pipeline, t).name not in leases for t in revision.tables):
+            continue
+        discarded.append(
+            _roll_back(
+                catalog,
+                pipeline,
+                revision,
+                leases,
+                note="abandoned before its switch (killed); its Delta versions were rolled "
+                "back to the sealed ones",
+            )
+        )
+        log.warning("discarded revision %s (abandoned before its switch)", revision.id)
+    return discarded
+
+
+# -- the task ----------------------------------------------------------------------------
+
+
+def recompute(
+    catalog: Catalog,
+    pipeline: Pipeline,
+    spark: SparkSession,
+    request: RecomputeRequest,
+    *,
+    warehouse: str,
+    owner: str | None = None,
+    lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS,
+    wait_seconds: float = 60.0,
+) -> RecomputeResult:
+    """Recompute ``request.tables`` (see the module docstring); raises RecomputeError for
+    a request that cannot be done (nothing switched), PipelineBusyError when a lease it
+    needs stays held for ``wait_seconds`` (a run of the pipeline leaves the jobs to it as
+    soon as their batches end: the revision, recorded first, asks for them)."""
+    name = catalog_pipeline_name(pipeline, catalog, warehouse)
+    for table in request.tables:
+        catalog.get_table(table)  # UnknownTableError names it
+    jobs = recompute_jobs(pipeline, request.tables, downstream=request.downstream)
+    owner = owner or make_owner()
+    stale_jobs = {
+        writer_of(pipeline, t).name
+        for revision in abandoned_revisions(catalog, name)
+        for t in revision.tables
+    }
+    chosen = {j.name for j in jobs}
+    lease_jobs = [j.name for j in pipeline.ordered_jobs() if j.name in chosen | stale_jobs]
+    revision = catalog.begin_revision(
+        pipeline=name,
+        tables=[t for job in jobs for t in pipeline.tables_of(job)],
+        from_epoch=request.from_epoch or min(catalog.get_table(j.output).first_epoch for j in jobs),
+        reason=request.reason,
+        actor=request.actor,
+        owner=owner,
+    )
+    keeper = LeaseKeeper(catalog, owner=owner, ttl_seconds=lease_ttl_seconds)
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            keeper.acquire(lease_jobs)
+            break
+        except LeaseHeldError as exc:
+            if time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            catalog.discard_revision(
+                revision.id, note=f"job {exc.job}'s lease stayed held by {exc.owner}"
+            )
+            raise PipelineBusyError(
+                pipeline=pipeline.name,
+                job=exc.job,
+                owner=exc.owner,
+                acquired_at=exc.acquired_at,
+                expires_at=exc.expires_at,
+                owner_state=owner_state(exc.owner),
+            ) from exc
+    try:
+        leases = {job: keeper.lease(job) for job in lease_jobs}
+        discarded = discard_abandoned(catalog, pipeline, name, leases)
+        engine = EpochEngine(pipeline=pipeline, catalog=catalog, spark=spark)
+        build = _Build(engine, revision, leases, keeper.check)
+        try:
+            for job in jobs:
+                recover(engine, job, leases[job.name], check_lease=partial(keeper.check, job.name))
+            plans = _plan(catalog, pipeline, jobs, request)
+            results = tuple(build.run(plan) for plan in plans)
+        except Exception as exc:
+            # Roll the revision back now rather than leave it to the next recompute.
+            _roll_back(catalog, pipeline, revision, leases, note=f"failed: {exc}")
+            if isinstance(exc, RecomputeError):
+                raise
+            raise RecomputeError(
+                f"revision {revision.id} failed and was discarded (readers never saw it): {exc}",
+                tables=revision.tables,
+            ) from exc
+        through = max(plan.batches[-1].last for plan in plans)
+        for plan in plans:
+            maybe_crash("before_seal", job=plan.job.name, epoch=through)
+        switched = catalog.switch_revision(
+            revision.id,
+            generations={job.name: leases[job.name].generation for job in jobs},
+            seals=build.seals,
+            schemas={t: open_table(build.location(t)).schema().to_json() for t in revision.tables},
+        )
+        for plan in plans:
+            maybe_crash("after_seal", job=plan.job.name, epoch=through)
+        return RecomputeResult(revision=switched, tables=results, discarded=tuple(discarded))
+    finally:
+        keeper.release()
+
+
+__all__ = [
+    "RecomputeRequest",
+    "RecomputeResult",
+    "RevisionWriter",
+    "TableRecompute",
+    "abandoned_revisions",
+    "building_revisions",
+    "default_actor",
+    "discard_abandoned",
+    "recompute",
+    "recompute_jobs",
+    "requested_jobs",
+    "writer_of",
+]
