@@ -150,6 +150,17 @@ def recompute_jobs(pipeline: Pipeline, tables: Sequence[str], *, downstream: boo
             f"it: {derived}. Add --downstream to recompute them too, or name them",
             tables=tuple(left_out),
         )
+    gated = sorted(
+        job.output for job in ordered if job.name in chosen and job.output in pipeline.gates
+    )
+    if gated:
+        raise RecomputeError(
+            f"cannot recompute {', '.join(gated)}: a recompute does not run quality gates yet, "
+            "and a revision of a gated table must not skip its audit. Remove the gate "
+            "(pipeline.expect) for the recompute and audit the result, or recompute only "
+            "tables without a gate",
+            tables=tuple(gated),
+        )
     return [job for job in ordered if job.name in chosen]
 
 

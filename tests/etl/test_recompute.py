@@ -148,6 +148,24 @@ def test_a_derived_table_left_out_is_refused_naming_it(tmp_path):
     assert [j.name for j in jobs] == ["count_words", "count_cnts"]
 
 
+def test_a_gated_table_is_refused_rather_than_recomputed_without_its_audit(tmp_path):
+    import great_expectations as gx
+
+    from etl.quality import QualityGate
+
+    chain = Chain(tmp_path)
+    pipeline = load_pipeline(chain.file, {"input_dir": str(chain.incoming)})
+    pipeline.expect(
+        QualityGate("words", [gx.expectations.ExpectColumnValuesToNotBeNull(column="word")])
+    )
+    with pytest.raises(RecomputeError, match=r"cannot recompute words: .*quality gates"):
+        recompute_jobs(pipeline, ["words"], downstream=True)
+    assert [j.name for j in recompute_jobs(pipeline, ["word_counts"], downstream=True)] == [
+        "count_words",
+        "count_cnts",
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.spark
 def test_repeatable_read_never_sees_a_mixed_cut_during_a_recompute(tmp_path, spark):
