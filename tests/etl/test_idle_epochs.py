@@ -17,7 +17,7 @@ from etl import EpochContext, FileSource, Pipeline, Runner
 from etl.delta import log_commits, table_version
 from etl.reader import snapshot
 from etl.retention.maintain import maintain
-from tests.support.cli_runner import etl
+from tests.support.cli_runner import etl_here as etl
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

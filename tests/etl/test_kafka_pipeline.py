@@ -9,7 +9,7 @@ import time
 import pytest
 
 from catalog import EpochState
-from tests.support.cli_runner import etl
+from tests.support.cli_runner import etl_here as etl
 from tests.support.kafka_env import make_orders, order
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

@@ -316,7 +316,7 @@ def test_compaction_inside_a_run_never_commits_while_a_batch_of_its_job_runs(tmp
 def test_status_and_epochs_show_expired_pinned_and_tagged_epochs(tmp_path):
     """Through the real `etl` command, on a history written through the catalog API."""
     from catalog import JobSpec, SealRequest, TableSpec, load_catalog
-    from tests.support.cli_runner import etl
+    from tests.support.cli_runner import etl_here as etl
 
     warehouse = tmp_path / "warehouse"
     catalog = load_catalog(None, warehouse=warehouse)
