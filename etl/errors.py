@@ -38,6 +38,7 @@ __all__ = [
     "QuarantineMismatchError",
     "SchemaMismatchError",
     "SourceError",
+    "StorageError",
     "SqlTablesError",
     "TransformError",
     "UnclaimedTableError",
@@ -84,6 +85,16 @@ class DeltaIOError(EtlError):
         self.operation = operation
         self.reason = reason
         super().__init__(f"{operation} of Delta table {table!r} failed: {reason}")
+
+
+class StorageError(EtlError):
+    """A warehouse location cannot be used: unreachable, or an object store that does not
+    honour what Delta commits rely on (conditional writes)."""
+
+    def __init__(self, *, location: str, reason: str):
+        self.location = location
+        self.reason = reason
+        super().__init__(f"warehouse storage {location!r} cannot be used: {reason}")
 
 
 class FilesRemovedError(DeltaIOError):

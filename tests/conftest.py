@@ -8,7 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest_plugins = ["tests.support.kafka_fixtures", "tests.support.demo_run"]
+pytest_plugins = [
+    "tests.support.kafka_fixtures",
+    "tests.support.demo_run",
+    "tests.support.s3_server",
+]
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "DELTA_BARRIER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

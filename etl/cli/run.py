@@ -27,6 +27,7 @@ from etl.cli.app import (
     guard,
     open_catalog,
     parse_params,
+    warehouse_root,
 )
 from etl.cli.progress import BatchProgress
 from etl.cli.render import err, print_json
@@ -180,7 +181,7 @@ def run(
         from etl.registration import check_registration
 
         # Names another pipeline owns are refused first: their leases are not this one's.
-        check_registration(known, pipeline, str(warehouse.resolve()))
+        check_registration(known, pipeline, warehouse_root(warehouse))
         # A busy pipeline is refused before PySpark is even imported; acquiring the
         # leases decides.
         _retry_while_busy(lambda: _check_not_held(known, pipeline), deadline, wait)
@@ -194,7 +195,7 @@ def run(
     runner = Runner(
         pipeline,
         catalog=catalog,
-        warehouse=str(warehouse.resolve()),
+        warehouse=warehouse_root(warehouse),
         spark=spark,
         lease_ttl_seconds=lease_ttl,
         backlog_threshold="auto" if backlog_threshold is None else backlog_threshold,
@@ -611,7 +612,7 @@ def recover(
     if not any(needs_recovery(catalog, pipeline, job) for job in pipeline.ordered_jobs()):
         # Nothing to seal or roll back: no Spark is started to say so.
         if format == "json":
-            name = catalog_pipeline_name(pipeline, catalog, str(warehouse.resolve()))
+            name = catalog_pipeline_name(pipeline, catalog, warehouse_root(warehouse))
             print_json(
                 _result_json(RunResult(), pipeline, name, undeclared(pipeline, catalog, name))
             )
@@ -621,7 +622,7 @@ def recover(
     runner = Runner(
         pipeline,
         catalog=catalog,
-        warehouse=str(warehouse.resolve()),
+        warehouse=warehouse_root(warehouse),
         spark=_spark_log(build_spark(master=master, app_name="etl-recover"), verbose),
     )
     with runner:
