@@ -12,14 +12,30 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from catalog import load_catalog
 from etl import Runner, snapshot
+from etl.delta import (
+    Fence,
+    commit_files,
+    merge_files,
+    open_table,
+    read_arrow,
+    read_table,
+    restore_table,
+    write_files,
+)
+from etl.delta.layout import filesystem
+from etl.delta.logfile import log_versions
+from etl.delta.maintenance import log_upkeep
 from etl.errors import StorageError
 from etl.storage import check_conditional_writes, put_if_absent, storage_options
 from examples.wordcount.pipeline import build
@@ -198,3 +214,70 @@ def test_the_word_count_chain_on_s3_equals_it_on_local_disk_at_every_level_in_ev
     for output in (ran.stderr, sql.stdout, sql.stderr, cut.stdout, cut.stderr):
         assert os.environ["AWS_SECRET_ACCESS_KEY"] not in output
         assert os.environ["AWS_ACCESS_KEY_ID"] not in output
+
+
+DV_SCHEMA = "id long, v string, _epoch long"
+DV_FENCE = Fence("dv-on-s3", generation=1)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_deletion_vector_merges_restore_and_log_upkeep_on_s3(spark, s3_bucket):
+    """Our own log writer on S3: a merge whose deletion vectors it commits, a RESTORE of
+    it, checkpoints and dropped log entries; Spark (through Arrow, in its tasks), delta-rs
+    and Polars read every version alike."""
+    location = f"{s3_bucket}/dv"
+    schema = to_arrow_schema(spark.createDataFrame([], DV_SCHEMA).schema, timezone="UTC")
+
+    def commit(files, epoch, **options) -> int:
+        return commit_files(
+            location, files, schema=schema, mode="append", fence=DV_FENCE,
+            metadata={"delta_barrier.epoch": epoch}, **options,
+        )  # fmt: skip
+
+    base_rows = [(i, f"v{i}", 1) for i in range(200)]
+    frame = spark.createDataFrame(base_rows, DV_SCHEMA).repartition(2)
+    base = commit(
+        write_files(frame, location, file_prefix="base", collect_rows=0), 1, deletion_vectors=True
+    )
+    updates = spark.createDataFrame([(5, "new", 2), (150, "new", 2), (900, "new", 2)], DV_SCHEMA)
+    merged = merge_files(
+        spark, location, version=base, updates=updates, keys=["id"], file_prefix="m2",
+        rewrite_all_bytes=0,
+    )  # fmt: skip
+    assert merged.deletes and not merged.removes, "the merge deletes by deletion vector"
+    after = commit(merged.adds, 2, deletes=merged.deletes)
+    expected = {r[0]: r for r in base_rows} | {r[0]: r for r in updates.collect()}
+
+    def readers(version: int) -> dict[str, list[tuple]]:
+        arrow = read_arrow(location, version=version)
+        options = storage_options(location)
+        return {
+            "spark": sorted(
+                tuple(r) for r in read_table(spark, location, version=version).collect()
+            ),
+            "delta-rs": sorted(tuple(r.values()) for r in arrow.to_pylist()),
+            "polars": sorted(
+                pl.read_delta(location, version=version, storage_options=options)
+                .select("id", "v", "_epoch")
+                .rows()
+            ),
+        }
+
+    for name, rows in readers(after).items():
+        assert rows == sorted(expected.values()), name
+    restored = restore_table(
+        location, to_version=base, planned_at=after, fence=DV_FENCE, metadata={}
+    )
+    for name, rows in readers(restored).items():
+        assert rows == sorted(base_rows), name
+    for epoch in range(3, 6):  # a few more commits, then the log kept from the latest
+        commit([], epoch)
+    latest = open_table(location).version()
+    upkeep = log_upkeep(location, keep_from_version=latest, grace=timedelta(0))
+    assert upkeep.entries_removed > 0
+    fs, root = filesystem(location)
+    commits, checkpoints = log_versions(fs, root)
+    assert latest in checkpoints and min(commits) >= latest - 1
+    for name, rows in readers(latest).items():
+        assert rows == sorted(base_rows), name
