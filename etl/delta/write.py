@@ -363,9 +363,10 @@ def _write_in_tasks(
     (orphans, removed by ``etl maintain``)."""
 
     def write(batches):
-        rows = pa.Table.from_batches(list(batches))
-        if rows.num_rows == 0:
+        batches = [batch for batch in batches if batch.num_rows]
+        if not batches:
             return
+        rows = pa.Table.from_batches(batches)
         files = write_arrow(rows, location, partition_by=partition_by, file_prefix=file_prefix)
         yield pa.RecordBatch.from_pylist(
             [

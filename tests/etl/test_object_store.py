@@ -22,7 +22,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from catalog import load_catalog
-from etl import Runner, snapshot
+from etl import Retention, Runner, snapshot
 from etl.delta import (
     Fence,
     commit_files,
@@ -37,9 +37,11 @@ from etl.delta.layout import filesystem
 from etl.delta.logfile import log_versions
 from etl.delta.maintenance import log_upkeep
 from etl.errors import StorageError
+from etl.retention.maintain import maintain
 from etl.storage import check_conditional_writes, put_if_absent, storage_options
 from examples.wordcount.pipeline import build
 from tests.support.cli_runner import REPO, etl
+from tests.support.retention_env import BASE, Env
 from tests.support.wordcount_env import make_chain
 
 pytestmark = [pytest.mark.s3]
@@ -281,3 +283,49 @@ def test_deletion_vector_merges_restore_and_log_upkeep_on_s3(spark, s3_bucket):
     assert latest in checkpoints and min(commits) >= latest - 1
     for name, rows in readers(latest).items():
         assert rows == sorted(base_rows), name
+
+
+@pytest.mark.slow
+@pytest.mark.retention
+@pytest.mark.spark
+def test_a_pinned_reader_on_s3_survives_maintenance_which_then_removes_files(
+    tmp_path, spark, s3_bucket
+):
+    """``maintain`` (expiry, compaction, vacuum, orphans, log upkeep) on a bucket, with an
+    explicit local SQLite catalog: a pinned cut reads the same before and after; once it
+    is closed, its files go."""
+    env = Env(
+        tmp_path,
+        spark,
+        Retention(every_epoch_for="1h"),
+        catalog_url=f"sqlite:///{tmp_path / 'catalog.sqlite'}",
+        warehouse=f"{s3_bucket}/warehouse",
+    )
+    first = env.epoch(0)
+    env.epoch(1)
+    pinned = snapshot(env.catalog, ["orders", "big"], as_of_epoch=first, spark=spark)
+
+    def rows(reader) -> dict[str, list]:
+        return {
+            "spark": sorted(tuple(r) for r in reader.table("orders").collect()),
+            "delta-rs": sorted(tuple(r.values()) for r in reader.arrow("orders").to_pylist()),
+            "duckdb": sorted(reader.duckdb().sql("SELECT * FROM orders").fetchall()),
+        }
+
+    before = rows(pinned)
+    assert before["spark"] == before["delta-rs"] == before["duckdb"] and before["spark"]
+    for i in range(2):
+        env.epoch(2 + i)
+        report = maintain(
+            env.catalog, now=BASE + timedelta(hours=10 + i), orphan_age=timedelta(0), min_files=2
+        )
+        assert first not in report.epochs_expired
+        assert rows(pinned) == before
+    pinned.close()
+    env.epoch(5)
+    report = maintain(env.catalog, now=BASE + timedelta(hours=20), orphan_age=timedelta(0))
+    assert first in report.epochs_expired and report.files_removed > 0
+    with snapshot(env.catalog, ["orders"], spark=spark) as latest:
+        now = rows(latest)
+        assert now["spark"] == now["delta-rs"] == now["duckdb"]
+        assert len(now["spark"]) == 2 * 5
