@@ -20,7 +20,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -150,15 +150,13 @@ def put_if_absent(location: str, relative: str, data: bytes) -> None:
 def _object_store(location: str):
     from obstore.store import from_url
 
+    if scheme(location) not in ("s3", "s3a"):
+        return from_url(location)  # the cloud's own environment configures it
     store = object_store()
-    config = {"endpoint": store.endpoint, "region": store.region}
-    if location.startswith("s3a://"):
-        location = "s3://" + location.removeprefix("s3a://")
-    return from_url(
-        location,
-        config={k: v for k, v in config.items() if v is not None},
-        client_options={"allow_http": store.allow_http},
-    )
+    settings = {"endpoint": store.endpoint, "region": store.region}
+    config: Any = {k: v for k, v in settings.items() if v is not None}
+    client: Any = {"allow_http": store.allow_http}
+    return from_url("s3://" + location.split("://", 1)[1], config=config, client_options=client)
 
 
 _PROBE_DIR = "_delta_barrier_probe"

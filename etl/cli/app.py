@@ -191,7 +191,7 @@ def open_catalog(
             "sqlite:////local/path/catalog.sqlite for one machine; the embedded catalog "
             "is a file inside a local warehouse"
         )
-    if catalog_url is None and not create:
+    if catalog_url is None and not create and isinstance(warehouse, Path):
         from catalog.sql import CATALOG_FILE_NAME
 
         if not (warehouse / CATALOG_FILE_NAME).is_file():
