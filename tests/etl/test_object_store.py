@@ -22,7 +22,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from catalog import load_catalog
-from etl import Retention, Runner, snapshot
+from etl import FileSource, Retention, Runner, snapshot
 from etl.delta import (
     Fence,
     commit_files,
@@ -36,7 +36,7 @@ from etl.delta import (
 from etl.delta.layout import filesystem
 from etl.delta.logfile import log_versions
 from etl.delta.maintenance import log_upkeep
-from etl.errors import StorageError
+from etl.errors import SourceError, StorageError
 from etl.retention.maintain import maintain
 from etl.storage import check_conditional_writes, put_if_absent, storage_options
 from examples.wordcount.pipeline import build
@@ -329,3 +329,8 @@ def test_a_pinned_reader_on_s3_survives_maintenance_which_then_removes_files(
         now = rows(latest)
         assert now["spark"] == now["delta-rs"] == now["duckdb"]
         assert len(now["spark"]) == 2 * 5
+
+
+def test_a_file_source_on_an_object_store_prefix_is_refused_saying_so():
+    with pytest.raises(SourceError, match="object-store prefix is not supported"):
+        FileSource("drops", path="s3://bucket/incoming")
