@@ -39,6 +39,7 @@ __all__ = [
     "RecomputeError",
     "SchemaMismatchError",
     "SourceError",
+    "StorageError",
     "SqlTablesError",
     "TransformError",
     "UnclaimedTableError",
@@ -85,6 +86,16 @@ class DeltaIOError(EtlError):
         self.operation = operation
         self.reason = reason
         super().__init__(f"{operation} of Delta table {table!r} failed: {reason}")
+
+
+class StorageError(EtlError):
+    """A warehouse location cannot be used: unreachable, or an object store that does not
+    honour what Delta commits rely on (conditional writes)."""
+
+    def __init__(self, *, location: str, reason: str):
+        self.location = location
+        self.reason = reason
+        super().__init__(f"warehouse storage {location!r} cannot be used: {reason}")
 
 
 class FilesRemovedError(DeltaIOError):

@@ -5,6 +5,7 @@ and read every table through it, from Spark or from lighter engines.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -35,6 +36,7 @@ from etl.delta import read_arrow, read_table, table_version
 from etl.delta.maintenance import same_rows_version
 from etl.delta.read import missing_files
 from etl.errors import FilesRemovedError, SqlTablesError, UsageError
+from etl.storage import duckdb_secret, is_local, object_store
 
 log = logging.getLogger(__name__)
 
@@ -382,6 +384,8 @@ class SnapshotReader:
                 for name, location in self._locations.items()
             ],
         }
+        if any(not is_local(location) for location in self._locations.values()):
+            described["object_store"] = object_store().describe()
         if self.snapshot.pipelines:
             described["aligned_at"] = _iso(self.snapshot.aligned_at)
             described["pipelines"] = [
@@ -530,6 +534,12 @@ class SnapshotReader:
         self._check_open()
         connection = _duckdb_connection()
         self._connections.append(connection)
+        remote = [location for location in self._locations.values() if not is_local(location)]
+        if remote:
+            _load_httpfs()
+            secret = duckdb_secret(remote[0], with_credentials=True)
+            if secret is not None:
+                connection.execute(secret)
         for name, location in self._locations.items():
             version = self.read_version(name)
             view = _quote_duckdb(name)
@@ -646,27 +656,32 @@ def _quote_duckdb(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-_DELTA_EXTENSION: str | None = None
+def _extension_path(package: str, file_name: str, what: str) -> str:
+    """Where a ``duckdb-ext-*`` package installed a DuckDB extension."""
+    import importlib.metadata
+
+    try:
+        files = importlib.metadata.files(package) or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    found = [f for f in files if f.name == file_name]
+    if not found:
+        raise UsageError(
+            f"DuckDB's {what} is missing: pip install {package} (or use --engine spark)"
+        )
+    return str(found[0].locate())
 
 
+@functools.cache
 def delta_extension_path() -> str:
     """Where the ``duckdb-ext-delta`` package installed DuckDB's Delta extension."""
-    global _DELTA_EXTENSION
-    if _DELTA_EXTENSION is None:
-        import importlib.metadata
+    return _extension_path("duckdb-ext-delta", "delta.duckdb_extension", "Delta extension")
 
-        try:
-            files = importlib.metadata.files("duckdb-ext-delta") or []
-        except importlib.metadata.PackageNotFoundError:
-            files = []
-        found = [f for f in files if f.name == "delta.duckdb_extension"]
-        if not found:
-            raise UsageError(
-                "DuckDB's Delta extension is missing: pip install duckdb-ext-delta "
-                "(or use --engine spark)"
-            )
-        _DELTA_EXTENSION = str(found[0].locate())
-    return _DELTA_EXTENSION
+
+@functools.cache
+def httpfs_extension_path() -> str:
+    """Where the ``duckdb-ext-httpfs`` package installed DuckDB's object-store extension."""
+    return _extension_path("duckdb-ext-httpfs", "httpfs.duckdb_extension", "httpfs extension")
 
 
 def duckdb_script(cut: Mapping[str, Any]) -> str:
@@ -679,6 +694,13 @@ def duckdb_script(cut: Mapping[str, Any]) -> str:
         f"barrier_ts={cut['barrier_ts']}",
         f"LOAD '{_sql_text(delta_extension_path())}';",
     ]
+    remote = [t["location"] for t in cut["tables"] if not is_local(t["location"])]
+    if remote:
+        lines += [
+            f"LOAD '{_sql_text(httpfs_extension_path())}';",
+            "-- credentials: add KEY_ID and SECRET to this secret, or create one of your own",
+            f"{duckdb_secret(remote[0], with_credentials=False)};",
+        ]
     for table in cut["tables"]:
         attached = _quote_duckdb(f"__delta_{table['table']}")
         lines.append(f"ATTACH '{_sql_text(table['uri'])}' AS {attached} (TYPE delta);")
@@ -715,6 +737,18 @@ def _duckdb_connection() -> duckdb.DuckDBPyConnection:
         connection = _DUCKDB.cursor()
     connection.execute("SET TimeZone = 'UTC'")
     return connection
+
+
+_HTTPFS_LOADED = False
+
+
+def _load_httpfs() -> None:
+    """Load the object-store extension into the process's DuckDB database, once."""
+    global _HTTPFS_LOADED
+    with _DUCKDB_LOCK:
+        if not _HTTPFS_LOADED and _DUCKDB is not None:
+            _DUCKDB.execute(f"LOAD '{_sql_text(httpfs_extension_path())}'")
+            _HTTPFS_LOADED = True
 
 
 def _detach(aliases: Iterable[str]) -> None:

@@ -58,6 +58,7 @@ from etl.scheduling import (
     backlog_threshold_for,
     default_parallel_batches,
 )
+from etl.storage import check_conditional_writes
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +261,7 @@ class Runner:
         transaction: NameOwnedError for a job, source or table name another pipeline owns
         leaves the catalog as it was), and its retention policy when the file declares one."""
         name = self.catalog_pipeline
+        check_conditional_writes(self.warehouse)
         register_pipeline(self.catalog, self.pipeline, self.warehouse, name)
         self.undeclared = undeclared(self.pipeline, self.catalog, name)
         if self.pipeline.retention is not None:

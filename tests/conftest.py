@@ -8,7 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest_plugins = ["tests.support.kafka_fixtures", "tests.support.demo_run"]
+pytest_plugins = [
+    "tests.support.kafka_fixtures",
+    "tests.support.demo_run",
+    "tests.support.s3_server",
+]
 
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """Options of every Spark driver JVM the tests start (the session's, and every ``etl`` or

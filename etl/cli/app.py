@@ -83,25 +83,25 @@ class TableOrJson(StrEnum):
 
 DEFAULT_FORMAT = Format.TABLE
 
-_URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
+_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+")
 
 
-def _local_warehouse(value: Any) -> Any:
-    """Refuse a URL warehouse before anything is written (a Path has folded ``//``)."""
+def warehouse_location(value: Any) -> Any:
+    """A URL warehouse (``s3://bucket/prefix``) as its URL text (a Path has folded ``//``),
+    a local one as a Path."""
     if value is None:
         return value
     text = str(value)
-    if _URL_SCHEME.match(text) and not text.startswith("file:"):
-        scheme = text.split(":", 1)[0]
-        raise typer.BadParameter(
-            f"{scheme}:// warehouses are not supported: the warehouse must be a directory "
-            "on a local or mounted file system (every executor and the driver must reach "
-            "it), e.g. --warehouse /mnt/shared/warehouse; mount object storage to use it",
-            param_hint="--warehouse",
-        )
     if text.startswith("file:"):
         return Path(text.removeprefix("file:").removeprefix("//"))
+    if match := _URL_SCHEME.match(text):
+        return f"{match.group(1)}://{text[match.end() :]}".rstrip("/")
     return value
+
+
+def warehouse_root(warehouse: Path | str) -> str:
+    """The warehouse as the runtime takes it: an absolute directory, or the URL."""
+    return warehouse if isinstance(warehouse, str) else str(warehouse.resolve())
 
 
 _current_catalog_url: str | None = None
@@ -118,9 +118,10 @@ Warehouse = Annotated[
     typer.Option(
         "--warehouse",
         envvar="ETL_WAREHOUSE",
-        metavar="DIR",
-        callback=_local_warehouse,
-        help="Directory holding the Delta tables (and the default SQLite catalog).",
+        metavar="DIR|URL",
+        callback=warehouse_location,
+        help="Directory or object-store URL (s3://bucket/prefix) holding the Delta tables "
+        "(and, for a directory, the default SQLite catalog).",
     ),
 ]
 
@@ -177,11 +178,20 @@ def parse_consistency(text: str | Consistency) -> Consistency:
     return Consistency(parse_level(str(getattr(text, "value", text))).value)
 
 
-def open_catalog(warehouse: Path, catalog_url: str | None, *, create: bool = False) -> Catalog:
+def open_catalog(
+    warehouse: Path | str, catalog_url: str | None, *, create: bool = False
+) -> Catalog:
     """The catalog; only ``create`` (running a pipeline) may start a new one. Without it
     nothing is created (no directory, file or table), and a read-only SQLite catalog is
     opened read-only."""
-    if catalog_url is None and not create:
+    if catalog_url is None and isinstance(warehouse, str):
+        raise UsageError(
+            f"a warehouse on object storage ({warehouse}) needs a catalog URL: --catalog "
+            "postgresql://user@host/db (or ETL_CATALOG_URL) to share it, or "
+            "sqlite:////local/path/catalog.sqlite for one machine; the embedded catalog "
+            "is a file inside a local warehouse"
+        )
+    if catalog_url is None and not create and isinstance(warehouse, Path):
         from catalog.sql import CATALOG_FILE_NAME
 
         if not (warehouse / CATALOG_FILE_NAME).is_file():

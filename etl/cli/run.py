@@ -27,6 +27,7 @@ from etl.cli.app import (
     guard,
     open_catalog,
     parse_params,
+    warehouse_root,
 )
 from etl.cli.progress import BatchProgress
 from etl.cli.render import err, print_json
@@ -180,7 +181,7 @@ def run(
         from etl.registration import check_registration
 
         # Names another pipeline owns are refused first: their leases are not this one's.
-        check_registration(known, pipeline, str(warehouse.resolve()))
+        check_registration(known, pipeline, warehouse_root(warehouse))
         # A busy pipeline is refused before PySpark is even imported; acquiring the
         # leases decides.
         _retry_while_busy(lambda: _check_not_held(known, pipeline), deadline, wait)
@@ -194,7 +195,7 @@ def run(
     runner = Runner(
         pipeline,
         catalog=catalog,
-        warehouse=str(warehouse.resolve()),
+        warehouse=warehouse_root(warehouse),
         spark=spark,
         lease_ttl_seconds=lease_ttl,
         backlog_threshold="auto" if backlog_threshold is None else backlog_threshold,
@@ -595,7 +596,7 @@ def recover(
     _check_not_held(catalog, pipeline)  # before Spark starts
     from etl.recompute import abandoned_revisions
 
-    name = catalog_pipeline_name(pipeline, catalog, str(warehouse.resolve()))
+    name = catalog_pipeline_name(pipeline, catalog, warehouse_root(warehouse))
     if not abandoned_revisions(catalog, name) and not any(
         needs_recovery(catalog, pipeline, job) for job in pipeline.ordered_jobs()
     ):
@@ -610,7 +611,7 @@ def recover(
     runner = Runner(
         pipeline,
         catalog=catalog,
-        warehouse=str(warehouse.resolve()),
+        warehouse=warehouse_root(warehouse),
         spark=_spark_log(build_spark(master=master, app_name="etl-recover"), verbose),
     )
     with runner:
@@ -720,7 +721,7 @@ def recompute(
     )
     spark = _spark_log(build_spark(master=master, app_name="etl-recompute"), verbose)
     result = recomputing(
-        catalog, pipeline, spark, request, warehouse=str(warehouse.resolve()), wait_seconds=wait
+        catalog, pipeline, spark, request, warehouse=warehouse_root(warehouse), wait_seconds=wait
     )
     revision = result.revision
     if format == "json":

@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from etl.cli.app import CatalogUrl, TableOrJson, Warehouse, app, guard
+from etl.cli.app import (
+    CatalogUrl,
+    TableOrJson,
+    Warehouse,
+    app,
+    guard,
+    warehouse_location,
+    warehouse_root,
+)
 from etl.cli.render import print_json, print_rows
 
 
@@ -53,12 +61,15 @@ def config_command(
             else:
                 value, origin = setting.default, "default"
         if setting.key == "catalog":
-            if value is None:
+            if value is None and isinstance(warehouse, str):
+                origin = "none: a warehouse on object storage needs --catalog"
+            elif value is None:
                 value = f"sqlite:///{Path(str(warehouse)).resolve() / '_catalog.sqlite'}"
                 origin = "default (in the warehouse)"
-            value = mask_url(str(value))
+            if value is not None:
+                value = mask_url(str(value))
         elif setting.key == "warehouse" and value is not None:
-            value = str(Path(str(value)).resolve())
+            value = warehouse_root(warehouse_location(value))
         rows.append((setting.key, None if value is None else str(value), origin))
     path = find_project_file()
     if format is TableOrJson.JSON:

@@ -18,6 +18,7 @@ from etl.cli.app import (
     app,
     guard,
     parse_params,
+    warehouse_root,
 )
 from etl.cli.render import print_json
 
@@ -51,7 +52,7 @@ def validate(
     known = existing_catalog(warehouse, catalog_url)
     validation = validate_file(pipeline_file, parse_params(param), catalog=known)
     if validation.ok and known is not None:
-        refused = registration_problems(validation.checked(), known, str(warehouse.resolve()))
+        refused = registration_problems(validation.checked(), known, warehouse_root(warehouse))
         validation = replace(validation, problems=(*validation.problems, *refused))
     if format == TableOrJson.JSON:
         print_json(validation.to_json())
@@ -60,11 +61,13 @@ def validate(
     typer.echo(f"{pipeline_file}: pipeline {pipeline.name!r} is valid ({len(pipeline.jobs)} jobs)")
 
 
-def existing_catalog(warehouse: Path, catalog_url: str | None) -> Catalog | None:
+def existing_catalog(warehouse: Path | str, catalog_url: str | None) -> Catalog | None:
     """The catalog if it exists (nothing is created), for read-only lookups; None if not."""
     if catalog_url is None:
         from catalog.sql import CATALOG_FILE_NAME
 
+        if isinstance(warehouse, str):  # an object-store warehouse has no embedded catalog
+            return None
         if not (warehouse / CATALOG_FILE_NAME).is_file():
             return None
     try:

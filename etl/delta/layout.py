@@ -13,9 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import date
 from urllib.parse import quote, unquote, urlparse
 
-import pyarrow.fs as pafs
-
 from etl.errors import DeltaIOError
+from etl.storage import filesystem
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 _ESCAPED_CHARS = frozenset(
@@ -103,13 +102,6 @@ def spark_file_path(uri: str) -> str:
     if uri.startswith("file:"):
         return os.path.normpath(unquote(urlparse(uri).path))
     return unquote(uri)
-
-
-def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
-    """The file system of a normalised location and the table root on it."""
-    if location.startswith("/"):
-        return pafs.LocalFileSystem(), location
-    return pafs.FileSystem.from_uri(location)
 
 
 def spark_location(location: str) -> str:

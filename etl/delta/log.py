@@ -33,6 +33,7 @@ from etl.delta.dv import DeletionVector
 from etl.delta.layout import filesystem, normalize_location
 from etl.delta.logfile import DELETION_VECTORS, active_adds, deletion_vector, log_versions
 from etl.errors import DeltaIOError, UnsupportedTableFeatureError
+from etl.storage import storage_options
 
 EPOCH_COLUMN = "_epoch"
 """The column every row written by a job carries: the epoch it belongs to."""
@@ -60,7 +61,12 @@ def open_table(
     history and the app transactions, and cheaper on a table with many files.
     """
     try:
-        return DeltaTable(location, version=version, without_files=without_files)
+        return DeltaTable(
+            location,
+            version=version,
+            without_files=without_files,
+            storage_options=storage_options(location),
+        )
     except TableNotFoundError as exc:
         raise DeltaIOError(
             table=location, operation=operation, reason=f"no Delta table there ({exc})"
@@ -86,7 +92,8 @@ def check_supported(table: DeltaTable, location: str) -> None:
 
 def table_exists(location: str) -> bool:
     """Whether a Delta table is at ``location``; no log is read (unlike :func:`table_version`)."""
-    return DeltaTable.is_deltatable(normalize_location(location))
+    location = normalize_location(location)
+    return DeltaTable.is_deltatable(location, storage_options=storage_options(location))
 
 
 def table_version(location: str) -> int | None:

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import threading
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -28,6 +27,7 @@ import pyarrow.parquet as pq
 from etl.delta.dv import DeletionVector
 from etl.delta.layout import filesystem
 from etl.errors import DeltaIOError
+from etl.storage import is_local, put_if_absent
 
 LOG_DIR = "_delta_log"
 COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
@@ -141,11 +141,20 @@ class _Replay:
 
 
 def _stamp(location: str, version: int) -> tuple[int, int] | None:
+    if is_local(location):
+        try:
+            stat = os.stat(os.path.join(location, LOG_DIR, f"{version:020d}.json"))
+        except OSError:
+            return None
+        return stat.st_mtime_ns, stat.st_size
+    fs, root = filesystem(location)
     try:
-        info = os.stat(os.path.join(location, LOG_DIR, f"{version:020d}.json"))
+        info = fs.get_file_info(f"{root}/{LOG_DIR}/{version:020d}.json")
     except OSError:
         return None
-    return info.st_mtime_ns, info.st_size
+    if info.type != pafs.FileType.File or info.mtime_ns is None or info.size is None:
+        return None
+    return info.mtime_ns, info.size
 
 
 _REPLAYS_KEPT = 64
@@ -208,28 +217,10 @@ def commit_actions(location: str, version: int, actions: Sequence[Mapping]) -> N
     """Create log entry ``version`` holding ``actions``, only if it does not exist:
     FileExistsError when another writer created it first (the caller re-plans).
 
-    Local file systems only: a temporary file in ``_delta_log`` hard-linked to the entry's
-    name, which fails if the name exists (what delta-rs does for local storage). Object
-    stores need their own conditional put; callers keep to delta-rs there.
-    """
-    if not location.startswith("/"):
-        raise DeltaIOError(
-            table=location,
-            operation="commit",
-            reason="own log commits (deletion vectors) need a local table",
-        )
-    directory = os.path.join(location, LOG_DIR)
-    os.makedirs(directory, exist_ok=True)
-    temporary = os.path.join(directory, f".{version:020d}.json.{uuid.uuid4().hex}.tmp")
-    with open(temporary, "w", encoding="utf-8") as out:
-        for action in actions:
-            out.write(json.dumps(action, separators=(",", ":")) + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    try:
-        os.link(temporary, os.path.join(directory, f"{version:020d}.json"))
-    finally:
-        os.unlink(temporary)
+    Put if absent on every storage (:func:`etl.storage.put_if_absent`): a hard link
+    locally, a conditional PUT on an object store."""
+    data = "".join(json.dumps(action, separators=(",", ":")) + "\n" for action in actions)
+    put_if_absent(location, f"{LOG_DIR}/{version:020d}.json", data.encode())
 
 
 __all__ = [

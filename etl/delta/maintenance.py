@@ -10,7 +10,6 @@ without an epoch, which holds no rows of its own.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import DeltaTable
 
 from etl.delta.dv import DV_FILE_PREFIX, read_rows
 from etl.delta.layout import filesystem, normalize_location, serialize_partition_value
@@ -388,7 +386,7 @@ def log_upkeep(
     checkpointed = None
     if not dry_run:
         if old and keep_from not in checkpoints and keep_from != latest:
-            DeltaTable(location, version=keep_from).create_checkpoint()
+            open_table(location, version=keep_from, operation="checkpoint").create_checkpoint()
         if latest not in checkpoints or old:
             table.create_checkpoint()
             checkpointed = latest if latest not in checkpoints else None
@@ -426,12 +424,10 @@ def _log_entries(fs: pafs.FileSystem, root: str, *, below: int) -> list[str]:
 def log_size(location: str) -> tuple[int, int]:
     """(files, bytes) of the table's ``_delta_log``."""
     location = normalize_location(location)
-    total = count = 0
-    for dirpath, _, files in os.walk(os.path.join(location, LOG_DIR)):
-        for name in files:
-            count += 1
-            total += os.path.getsize(os.path.join(dirpath, name))
-    return count, total
+    fs, root = filesystem(location)
+    infos = fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}", recursive=True))
+    files = [info for info in infos if info.type == pafs.FileType.File]
+    return len(files), sum(info.size or 0 for info in files)
 
 
 __all__ = [

@@ -144,7 +144,7 @@ def merge_files(
             option="strategy",
             reason=f"{strategy!r} is not one of {list(MERGE_STRATEGIES)}",
         )
-    deleting = strategy == "deletion-vectors" and location.startswith("/")
+    deleting = strategy == "deletion-vectors"
     if deleting and not has_deletion_vectors(table):
         deleting = False
         if location not in _told_copy_on_write:

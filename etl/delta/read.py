@@ -14,8 +14,10 @@ import os
 from collections.abc import Sequence
 from functools import reduce
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
@@ -38,6 +40,7 @@ from etl.delta.log import (
     open_table,
 )
 from etl.errors import DeltaIOError, FilesRemovedError
+from etl.storage import is_local, spark_io
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -128,6 +131,8 @@ def _deleted_rows(spark: SparkSession, location: str, files: Sequence[ActiveFile
 def spark_file_uri(spark: SparkSession, path: str) -> str:
     """The URI Spark's ``_metadata.file_path`` gives for the file at ``path`` (a qualified
     Hadoop path, URL-encoded): the inverse of :func:`~etl.delta.layout.spark_file_path`."""
+    if spark_io(spark, path if has_scheme(path) else "/") == "arrow":
+        return task_file_uri(path)
     jvm = spark.sparkContext._jvm
     assert jvm is not None  # a classic (non-Connect) session
     conf = spark.sparkContext._jsc.hadoopConfiguration()
@@ -168,6 +173,10 @@ def _scan(
         if with_row_index:
             fields.append(StructField(ROW_INDEX_COLUMN, LongType()))
         return spark.createDataFrame([], StructType(fields))
+    if spark_io(spark, location) == "arrow":
+        return _scan_in_tasks(
+            spark, location, schema, partition_by, files, with_file_path, with_row_index
+        )
     paths = [absolute_path(location, f.path) for f in files]
     if not partition_by:
         frame = _read_parquet(spark, location, schema, paths, recursiveFileLookup="true")
@@ -194,6 +203,84 @@ def _scan(
             frame = frame.withColumn(col, F.lit(value).cast(types[col]))
         frames.append(frame.select(*output, *[F.col(c) for c in carried]))
     return reduce(lambda a, b: a.unionAll(b), frames)
+
+
+def _scan_in_tasks(
+    spark: SparkSession,
+    location: str,
+    schema,
+    partition_by: Sequence[str],
+    files: Sequence[ActiveFile],
+    with_file_path: bool,
+    with_row_index: bool,
+) -> DataFrame:
+    """:func:`_scan` where Spark's Hadoop cannot reach the location: Spark tasks read the
+    files through Arrow's file system, one file per row of a DataFrame of paths (columns
+    a file lacks read as null, partition values come from the log); the driver reads
+    nothing."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    fields = list(schema.fields)
+    if with_file_path:
+        fields.append(StructField(FILE_PATH_COLUMN, StringType()))
+    if with_row_index:
+        fields.append(StructField(ROW_INDEX_COLUMN, LongType()))
+    output = StructType(fields)
+    target = to_arrow_schema(output, timezone="UTC")
+    partitions = frozenset(partition_by)
+
+    def read(batches):
+        for batch in batches:
+            for path, values in zip(
+                batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True
+            ):
+                fs, key = filesystem(path)
+                values = json.loads(values)
+                file = pq.ParquetFile(fs.open_input_file(key))
+                present = set(file.schema_arrow.names)
+                columns = [f.name for f in target if f.name in present and f.name not in partitions]
+                first = 0
+                for rows in file.iter_batches(columns=columns):
+                    n = rows.num_rows
+                    arrays = []
+                    for field in target:
+                        if field.name == FILE_PATH_COLUMN:
+                            arrays.append(pa.array([task_file_uri(path)] * n, pa.string()))
+                        elif field.name == ROW_INDEX_COLUMN:
+                            arrays.append(pa.array(range(first, first + n), pa.int64()))
+                        elif field.name in partitions:
+                            value = values.get(field.name)
+                            arrays.append(pa.array([value] * n, pa.string()).cast(field.type))
+                        elif field.name in present:
+                            arrays.append(rows.column(field.name).cast(field.type))
+                        else:
+                            arrays.append(pa.nulls(n, field.type))
+                    first += n
+                    yield pa.RecordBatch.from_arrays(arrays, schema=target)
+
+    listing = [
+        (
+            absolute_path(location, f.path),
+            json.dumps(
+                {c: serialize_partition_value(f.partition_values.get(c)) for c in partition_by}
+            ),
+        )
+        for f in files
+    ]
+    slices = max(1, min(len(listing), spark.sparkContext.defaultParallelism))
+    paths = spark.createDataFrame(
+        spark.sparkContext.parallelize(listing, slices), "path string, partition_values string"
+    )
+    return paths.mapInArrow(read, output)
+
+
+def task_file_uri(path: str) -> str:
+    """The URI :func:`_scan_in_tasks` gives a file in :data:`FILE_PATH_COLUMN`: URL-encoded,
+    as Spark's ``_metadata.file_path`` is (so :func:`~etl.delta.layout.spark_file_path`
+    reads both)."""
+    return quote(path, safe=":/")
 
 
 def _read_parquet(
@@ -288,17 +375,18 @@ def read_arrow(
 
 
 def missing_files(location: str, version: int) -> list[str]:
-    """The data files of the table at ``version`` that are no longer on storage (a local
-    file system's; elsewhere none are reported), e.g. removed by another tool's VACUUM."""
+    """The data files of the table at ``version`` that are no longer on storage, e.g.
+    removed by another tool's VACUUM."""
     location = normalize_location(location)
-    if has_scheme(location):
-        return []
     table = open_table(location, version=version)
-    return [
-        path
-        for file in active_files(table)
-        if not os.path.exists(path := absolute_path(location, file.path))
-    ]
+    paths = [absolute_path(location, file.path) for file in active_files(table)]
+    if is_local(location):
+        return [path for path in paths if not os.path.exists(path)]
+    found = []
+    for path in paths:
+        fs, key = filesystem(path)
+        found.append(fs.get_file_info(key).type != pafs.FileType.NotFound)
+    return [path for path, there in zip(paths, found, strict=True) if not there]
 
 
 def _files_removed(table: DeltaTable, location: str) -> FilesRemovedError | None:

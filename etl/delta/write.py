@@ -69,6 +69,7 @@ from etl.delta.log import (
     has_deletion_vectors,
     history,
     open_table,
+    table_exists,
 )
 from etl.delta.logfile import (
     CHECKPOINT_INTERVAL,
@@ -86,6 +87,7 @@ from etl.errors import (
     UnclaimedTableError,
 )
 from etl.faults import maybe_crash
+from etl.storage import spark_io, storage_options
 
 _log = logging.getLogger(__name__)
 
@@ -309,6 +311,8 @@ def write_files(
         rows = collect_small(df, collect_rows)
         if rows is not None:
             return write_arrow(rows, location, partition_by=partition_by, file_prefix=file_prefix)
+    if spark_io(df.sparkSession, location) == "arrow":
+        return _write_in_tasks(df, location, partition_by=partition_by, file_prefix=file_prefix)
     fs, root = filesystem(location)
     staging = f"{STAGING_PREFIX}{file_prefix}-{uuid.uuid4().hex}"
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -341,6 +345,55 @@ def write_files(
         with contextlib.suppress(OSError):
             fs.delete_dir(f"{root}/{staging}")
     return sorted((f for f in placed if f is not None), key=lambda f: f.path)
+
+
+_WRITTEN_FILE = (
+    "path string, size long, partition_values string, rows long, stats string, "
+    "modification_time long"
+)
+
+
+def _write_in_tasks(
+    df: DataFrame, location: str, *, partition_by: Sequence[str], file_prefix: str
+) -> list[DataFile]:
+    """``df`` written by Spark tasks through Arrow's file system for the location (where
+    Spark's Hadoop has none for its scheme): each task writes its rows as one file per
+    partition value straight into place, as :func:`write_arrow` lays them out, and hands
+    the driver only their descriptors. A failed task attempt's files are never committed
+    (orphans, removed by ``etl maintain``)."""
+
+    def write(batches):
+        batches = [batch for batch in batches if batch.num_rows]
+        if not batches:
+            return
+        rows = pa.Table.from_batches(batches)
+        files = write_arrow(rows, location, partition_by=partition_by, file_prefix=file_prefix)
+        yield pa.RecordBatch.from_pylist(
+            [
+                {
+                    "path": f.path,
+                    "size": f.size,
+                    "partition_values": json.dumps(dict(f.partition_values)),
+                    "rows": f.rows,
+                    "stats": f.stats,
+                    "modification_time": f.modification_time,
+                }
+                for f in files
+            ]
+        )
+
+    written = [
+        DataFile(
+            path=row["path"],
+            size=row["size"],
+            partition_values=json.loads(row["partition_values"]),
+            rows=row["rows"],
+            stats=row["stats"],
+            modification_time=row["modification_time"],
+        )
+        for row in df.mapInArrow(write, _WRITTEN_FILE).collect()
+    ]
+    return sorted(written, key=lambda f: f.path)
 
 
 def _file_path(
@@ -712,7 +765,7 @@ def claim_table(location: str, *, fence: Fence) -> int | None:
     """
     location = normalize_location(location)
     for lost in range(_MAX_COMMIT_ROUNDS):
-        if not DeltaTable.is_deltatable(location):
+        if not table_exists(location):
             return None
         table = open_table(location, operation="claim")
         check_supported(table, location)
@@ -801,15 +854,13 @@ def commit_files(
     custom = {**metadata, META_COMMIT_ID: commit_id}
     properties = _properties(fence, custom)
     adds = [_add_action(f, data_change=data_change) for f in files]
-    if not DeltaTable.is_deltatable(location):
+    if not table_exists(location):
         if removes or deletes:
             raise CommitConflictError(
                 table=location, reason="there is no table to remove files from"
             )
         try:
-            # Our own log writer's put-if-absent is the local file system's: tables on
-            # object stores are created without deletion vectors (merges copy on write).
-            if deletion_vectors and location.startswith("/"):
+            if deletion_vectors:
                 _commit_own(
                     location,
                     version=0,
@@ -829,10 +880,11 @@ def commit_files(
                     partition_by=list(partition_by) or None,
                     commit_properties=properties,
                     post_commithook_properties=_POST_COMMIT,
+                    storage_options=storage_options(location),
                 )
             return 0
         except (DeltaError, OSError) as exc:
-            if not DeltaTable.is_deltatable(location):
+            if not table_exists(location):
                 raise DeltaIOError(table=location, operation="create", reason=str(exc)) from exc
             if _landed(location, -1, commit_id) is not None:
                 return 0

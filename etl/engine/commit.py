@@ -31,6 +31,7 @@ from etl.delta import (
     commit_files,
     log_commits,
     merge_files,
+    open_table,
     require_unique_keys,
     table_exists,
     table_version,
@@ -278,9 +279,7 @@ class EpochWriter:
         )
         maybe_crash("after_processed", job=job.name, epoch=batch.last)
         if info.schema_json is None or _adds_columns(info.schema_json, prepared.schema):
-            from deltalake import DeltaTable
-
-            self.catalog.update_table_schema(table, DeltaTable(info.location).schema().to_json())
+            self.catalog.update_table_schema(table, open_table(info.location).schema().to_json())
         return written
 
     def commit(

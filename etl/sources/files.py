@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from catalog import validate_name
 from etl.errors import SourceError
 from etl.sources.base import SliceData, SliceRequest, Source
+from etl.storage import is_url
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,6 +50,13 @@ class FileSource(Source):
         files_per_micro_batch: int | None = None,
     ) -> None:
         self.name = validate_name(name, kind="source")
+        if is_url(os.fspath(path)):
+            raise SourceError(
+                source=name,
+                problem=f"{os.fspath(path)!r}: a FileSource watches a local or mounted "
+                "directory; an object-store prefix is not supported yet (the warehouse may "
+                "be on object storage)",
+            )
         self.path = Path(path)
         if format not in ("text", "csv", "json", "parquet"):
             raise SourceError(

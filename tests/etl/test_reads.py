@@ -19,7 +19,7 @@ from catalog import SCHEMA_VERSION, load_catalog
 from etl import Runner, snapshot
 from etl.errors import SqlTablesError
 from etl.reader import SnapshotClosedError, parse_query, tables_in_sql
-from tests.support.cli_runner import etl
+from tests.support.cli_runner import REPO, etl
 from tests.support.wordcount_env import make_chain
 
 LEVELS = ("read-uncommitted", "read-committed", "repeatable-read")
@@ -411,13 +411,23 @@ def _read_only_by_mount(wordcount, tmp_path) -> None:
     [
         ("status", "--warehouse", "s3://bucket/wh"),
         ("sql", "SELECT * FROM words", "--warehouse", "s3://bucket/wh"),
-        ("run", "examples/wordcount/pipeline.py", "--once", "--warehouse", "gs://b/wh"),
+        (
+            "run",
+            REPO / "examples/wordcount/pipeline.py",
+            "--once",
+            "--param",
+            "input_dir=.",
+            "--warehouse",
+            "gs://b/wh",
+        ),
     ],
 )
-def test_a_url_warehouse_is_refused_before_anything_is_written(tmp_path, args):
+def test_a_url_warehouse_without_a_catalog_url_is_refused_before_anything_is_written(
+    tmp_path, args
+):
     result = etl(*args, cwd=tmp_path, **NO_JAVA)
     assert result.returncode == 2, result.stderr
-    assert "not supported" in result.stderr and "--warehouse" in result.stderr
+    assert "needs a catalog URL" in result.stderr and "--catalog" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 

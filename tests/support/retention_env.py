@@ -24,7 +24,10 @@ class Env:
         retention: Retention | None,
         *,
         catalog_url: str | None = None,
+        warehouse: str | None = None,
     ):
+        """``warehouse``: a location other than ``root/warehouse`` (an ``s3://`` URL,
+        with ``catalog_url``)."""
         self.incoming = root / "incoming"
         self.incoming.mkdir(parents=True)
         pipeline = Pipeline("shop", retention=retention)
@@ -39,7 +42,7 @@ class Env:
             inputs=["orders"],
             query="SELECT id, amount FROM orders WHERE amount >= 10",
         )
-        self.warehouse = root / "warehouse"
+        self.warehouse = warehouse or root / "warehouse"
         self.catalog_url = catalog_url
         self.catalog = load_catalog(catalog_url, warehouse=self.warehouse)
         self.runner = Runner(

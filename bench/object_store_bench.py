@@ -1,0 +1,121 @@
+"""One append epoch on an S3-compatible warehouse against the same epoch on local disk.
+
+The same cached DataFrame (long id, string, double, timestamp, ``_epoch``) is written as
+one epoch of a new Delta table (``write_files`` + ``commit_files``) (a) into a local
+directory, through Spark's Parquet writer, and (b) into ``s3://`` on moto's S3 server on
+127.0.0.1, through Arrow's S3 file system in Spark tasks (pyspark's Hadoop has no S3A),
+committed by delta-rs with a conditional PUT. Prints the median of interleaved runs of
+each and their ratio (target: at most 1.5 at one million rows). moto keeps objects in
+the memory of one Python process: a real store's throughput is another matter; what the
+ratio measures is the engine's cost on top of the transfers.
+
+Run: ``python -m bench.object_store_bench`` (or through ``python -m bench``);
+``DB_BENCH_ROWS=1000000`` and ``DB_BENCH_RUNS=3`` by default.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench._common import env_int, load_average, median
+
+TARGET_RATIO = 1.5
+
+
+def _start_moto() -> tuple[subprocess.Popen, str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("moto_server did not start")
+
+
+def main() -> None:
+    rows = env_int("DB_BENCH_ROWS", 1_000_000)
+    runs = env_int("DB_BENCH_RUNS", 3)
+    moto, endpoint = _start_moto()
+    # Before Spark starts: its Python workers inherit the endpoint and credentials.
+    os.environ.update(
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench-secret",
+        AWS_REGION="us-east-1",
+        AWS_ALLOW_HTTP="true",
+    )
+    import boto3
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from etl.delta import Fence, commit_files, write_files
+    from etl.spark import build_spark
+
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench-warehouse")
+    spark = build_spark(app_name="object-store-bench", conf={"spark.ui.enabled": "false"})
+    workdir = Path(tempfile.mkdtemp(prefix="object-store-bench-"))
+    try:
+        df = (
+            spark.range(rows)
+            .select(
+                F.col("id"),
+                F.concat(F.lit("customer-"), (F.col("id") % 997).cast("string")).alias("name"),
+                (F.col("id") * 0.37).alias("amount"),
+                F.timestamp_micros(F.lit(1_700_000_000_000_000) + F.col("id") * 1000).alias("ts"),
+                F.lit(1).cast("long").alias("_epoch"),
+            )
+            .cache()
+        )
+        df.count()
+        schema = to_arrow_schema(df.schema, timezone="UTC")
+
+        def epoch(location: str) -> float:
+            start = time.perf_counter()
+            files = write_files(df, location, file_prefix="1-1-0")
+            commit_files(
+                location,
+                files,
+                schema=schema,
+                mode="append",
+                fence=Fence("bench", generation=1),
+                metadata={"delta_barrier.epoch": 1},
+            )
+            return time.perf_counter() - start
+
+        epoch(str(workdir / "warm-local"))
+        epoch("s3://bench-warehouse/warm")
+        local, s3 = [], []
+        for run in range(runs):  # interleaved, so load drifts hit both alike
+            local.append(epoch(str(workdir / f"local-{run}")))
+            s3.append(epoch(f"s3://bench-warehouse/run-{run}"))
+        ratio = median(s3) / median(local)
+        print(load_average())
+        print(f"{'rows':>10} {'local s':>9} {'s3 s':>9} {'ratio':>7}")
+        print(f"{rows:>10} {median(local):>9.3f} {median(s3):>9.3f} {ratio:>7.2f}")
+        print(f"target ratio: <= {TARGET_RATIO}")
+        df.unpersist()
+        spark.stop()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        moto.terminate()
+
+
+if __name__ == "__main__":
+    main()
