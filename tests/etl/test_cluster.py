@@ -6,11 +6,13 @@ process) commits them. The result is checked at repeatable-read, then the cluste
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -44,6 +46,20 @@ def _wait_port(port: int, timeout: float = 120) -> None:
     raise AssertionError(f"nothing listens on 127.0.0.1:{port}")
 
 
+def _wait_worker(ui_port: int, timeout: float = 120) -> None:
+    """Until the master counts a live worker (its web UI's JSON status says so)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as page:
+                if json.load(page).get("aliveworkers", 0) >= 1:
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError("no worker registered with the master")
+
+
 @pytest.fixture
 def cluster(tmp_path):
     env = {
@@ -54,7 +70,7 @@ def cluster(tmp_path):
         "SPARK_LOG_DIR": str(tmp_path / "logs"),
         "SPARK_WORKER_DIR": str(tmp_path / "work"),
     }
-    port = _free_port()
+    port, ui_port = _free_port(), _free_port()
     logs = open(tmp_path / "cluster.log", "w")  # noqa: SIM115 - closed below
     master = subprocess.Popen(
         [
@@ -65,7 +81,7 @@ def cluster(tmp_path):
             "--port",
             str(port),
             "--webui-port",
-            str(_free_port()),
+            str(ui_port),
         ],
         env=env,
         stdout=logs,
@@ -92,7 +108,7 @@ def cluster(tmp_path):
             stdout=logs,
             stderr=subprocess.STDOUT,
         )
-        time.sleep(5)  # the worker registers with the master
+        _wait_worker(ui_port)
         yield f"spark://127.0.0.1:{port}"
     finally:
         for process in (worker, master):
