@@ -19,7 +19,7 @@ from catalog import SCHEMA_VERSION, load_catalog
 from etl import Runner, snapshot
 from etl.errors import SqlTablesError
 from etl.reader import SnapshotClosedError, parse_query, tables_in_sql
-from tests.support.cli_runner import REPO, etl
+from tests.support.cli_runner import ETL, REPO, etl
 from tests.support.wordcount_env import make_chain
 
 LEVELS = ("read-uncommitted", "read-committed", "repeatable-read")
@@ -596,8 +596,16 @@ def test_conventions_version_short_help_choices_and_flags(tmp_path):
     )
     assert both.returncode == 2 and "give one of --as-of-epoch, --as-of-time" in both.stderr
     assert "as_of" not in both.stderr
-    completion = etl("--show-completion", "bash", cwd=tmp_path, SHELL="/bin/bash")
-    assert completion.returncode == 0 and "complete" in completion.stdout
+    # As a user types it in bash: the completion script is for the shell etl runs under
+    # (found from its parent processes; "; exit" keeps bash from exec'ing into etl).
+    completion = subprocess.run(
+        ["bash", "-c", f"'{ETL}' --show-completion; exit $?"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completion.returncode == 0 and "complete -o" in completion.stdout, completion
 
 
 def test_a_typo_in_sql_is_one_plain_line(tmp_path):
