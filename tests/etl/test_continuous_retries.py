@@ -1,4 +1,5 @@
-"""Continuous runs heal (issue 24, item 4), through the real ``etl run --continuous``.
+"""Continuous runs heal (issue 24, item 4), through the real ``etl run --continuous`` (run
+in the test process, on the session's SparkSession).
 
 One run of a three-job chain: ``flaky`` fails its first batch (a marker file it removes)
 and its retry makes it good; ``broken``, downstream of it (so it runs only once ``flaky``
@@ -17,7 +18,7 @@ import pytest
 from catalog import load_catalog
 from etl.reader import snapshot
 from etl.scheduling import RetryPolicy
-from tests.support.cli_runner import etl
+from tests.support.cli_runner import etl_here
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -54,7 +55,7 @@ def test_retry_policy_backs_off_exponentially_up_to_a_cap():
         RetryPolicy(retries=-1)
 
 
-def test_a_transient_failure_heals_and_spent_retries_end_the_run(tmp_path: Path):
+def test_a_transient_failure_heals_and_spent_retries_end_the_run(tmp_path: Path, spark):
     drops = tmp_path / "drops"
     drops.mkdir()
     (drops / "1.txt").write_text("x\ny\n")
@@ -63,7 +64,7 @@ def test_a_transient_failure_heals_and_spent_retries_end_the_run(tmp_path: Path)
     file = tmp_path / "heal.py"
     file.write_text(CHAIN)
     started = time.monotonic()
-    result = etl(
+    result = etl_here(
         "run", file, "--continuous", "--epoch-interval", "1", "--max-epochs", "500",
         "--retries", "2", "--retry-backoff", "0.1",
         "--param", f"dir={drops}", "--param", f"marker={marker}",
