@@ -352,8 +352,17 @@ def test_a_second_signal_stops_at_once_and_the_next_run_recovers_exactly_once(tm
     (incoming / "a.txt").write_text("apple\npear\napple\n")
     args = ("--warehouse", warehouse, "--param", f"input_dir={incoming}")
     # Frozen mid-epoch: etl1's merge is in word_counts' Delta log, not yet in the catalog.
+    # A long lease: the next run gets in by taking over a dead owner's lease, not because
+    # the lease expired while its Spark started (which takes long on a loaded machine).
     child = start(
-        "run", WORDCOUNT, "--once", *args, cwd=tmp_path, env={FAULT_ENV: "pause:after_commit@etl1"}
+        "run",
+        WORDCOUNT,
+        "--once",
+        "--lease-ttl",
+        "600",
+        *args,
+        cwd=tmp_path,
+        env={FAULT_ENV: "pause:after_commit@etl1"},
     )
     assert wait_stopped(child.pid, timeout=300, poll=child.poll), child.communicate()[1]
     # Both signals wait while it is stopped; Python handles SIGINT's first, then SIGTERM's.
