@@ -130,6 +130,9 @@ class RunResult:
     discarded: tuple[Revision, ...] = ()
     """Revisions a killed ``etl recompute`` left building, rolled back by this run's
     recovery (:func:`etl.recompute.discard_abandoned`)."""
+    left_to_recompute: tuple[str, ...] = ()
+    """Jobs a live ``etl recompute`` was building a revision of when the run ended: the run
+    left them to it; they go on from its switch (in this run, or the next)."""
 
     @property
     def blocked(self) -> tuple[BatchResult, ...]:
@@ -159,6 +162,7 @@ class RunResult:
             failures=self.failures + other.failures,
             retried=self.retried + other.retried,
             discarded=self.discarded + other.discarded,
+            left_to_recompute=other.left_to_recompute,
         )
 
 
@@ -271,13 +275,16 @@ class Runner:
     def acquire(self) -> None:
         """Take the lease of every job; PipelineBusyError if another runner holds one.
 
-        The leases are renewed in the background until :meth:`release`.
+        The jobs a live ``etl recompute`` builds a revision of are left to it: the run
+        takes them once the revision is switched or discarded. The leases are renewed in
+        the background until :meth:`release`.
         """
         if not self._registered:
             self.register()
         keeper = LeaseKeeper(self.catalog, owner=self.owner, ttl_seconds=self.lease_ttl_seconds)
+        left = requested_jobs(self.catalog, self.pipeline, self.catalog_pipeline, owner=self.owner)
         try:
-            keeper.acquire(job.name for job in self.pipeline.ordered_jobs())
+            keeper.acquire(j.name for j in self.pipeline.ordered_jobs() if j.name not in left)
         except LeaseHeldError as exc:
             raise busy_error(self.pipeline.name, exc) from exc
         self._keeper = keeper
@@ -330,7 +337,10 @@ class Runner:
             self.catalog, self.pipeline, self.catalog_pipeline, self.leases()
         )
         steps: list[RecoveryStep] = []
+        held = self.leases()
         for job in self.pipeline.ordered_jobs() if jobs is None else jobs:
+            if job.name not in held:
+                continue  # left to a recompute: recovered when the run takes it back
             try:
                 steps.extend(self._recover_job(job))
             except Exception as exc:
@@ -348,7 +358,12 @@ class Runner:
 
     def _unclaimed(self, jobs: list[Job]) -> list[Job]:
         """The jobs not recovered (their tables not claimed) under the leases held now."""
-        return [j for j in jobs if self._claimed.get(j.name) != self._lease(j).generation]
+        held = self.leases()
+        return [
+            j
+            for j in jobs
+            if j.name in held and self._claimed.get(j.name) != held[j.name].generation
+        ]
 
     def open_epoch(self, barrier_ts: datetime | None = None) -> Epoch:
         return self.catalog.open_epoch(barrier_ts, pipeline=self.catalog_pipeline)
@@ -577,8 +592,8 @@ class Runner:
         # The others are not planned again (planning costs catalog round trips): epochs
         # belong to the pipeline, so only its own jobs make another job's epochs runnable.
         dirty = {job.name for job in jobs}
-        left: set[str] = set()
-        """Jobs left to a recompute (their leases released) until its revision is switched."""
+        left = {job.name for job in jobs} - set(self.leases())
+        """Jobs left to a recompute (their leases not held) until its revision is switched."""
         recomputes_checked_at = 0.0
 
         def follow_recomputes(busy: set[str]) -> None:
@@ -724,6 +739,7 @@ class Runner:
             failures=tuple(failures),
             recovered=tuple(recovered),
             retried=tuple(retried),
+            left_to_recompute=tuple(j.name for j in jobs if j.name in left),
         )
 
     def _record_failure(

@@ -184,7 +184,11 @@ def run(
         check_registration(known, pipeline, warehouse_root(warehouse))
         # A busy pipeline is refused before PySpark is even imported; acquiring the
         # leases decides.
-        _retry_while_busy(lambda: _check_not_held(known, pipeline), deadline, wait)
+        _retry_while_busy(
+            lambda: _check_not_held(known, pipeline, run_in=warehouse_root(warehouse)),
+            deadline,
+            wait,
+        )
     from etl.runner import Runner
     from etl.spark import build_spark
 
@@ -428,6 +432,11 @@ def _report(
                 f"[yellow]blocked:[/] job {step.job} epoch {epoch} (still failing its gate). "
                 + escape(_resolve_commands(step.table, epoch, invocation))
             )
+    if result.left_to_recompute:
+        err.print(
+            f"left to a running recompute: job(s) {', '.join(result.left_to_recompute)} "
+            "(they go on from its switch, in a later run)"
+        )
     for failure in result.retried:
         err.print("[yellow]failed, then retried successfully:[/] " + escape(failure.error))
     for failure in result.failures:
@@ -509,23 +518,36 @@ def _result_json(result, pipeline, pipeline_name: str, undeclared: Undeclared) -
             {"job": f.job, "epoch": f.epoch, "attempt": f.attempt, "message": f.error}
             for f in result.retried
         ],
+        "left_to_recompute": list(result.left_to_recompute),
         "undeclared_jobs": list(undeclared.jobs),
         "undeclared_tables": list(undeclared.tables),
     }
 
 
-def _check_not_held(catalog: Catalog, pipeline) -> None:
+def _check_not_held(catalog: Catalog, pipeline, *, run_in: str | None = None) -> None:
     """PipelineBusyError if another live run holds an unexpired lease of one of the jobs
-    (a lease whose owner process is gone from this host does not count: it is taken over)."""
+    (a lease whose owner process is gone from this host does not count: it is taken over).
+    For a run (``run_in``: its warehouse), the jobs a live ``etl recompute`` builds a
+    revision of do not count either: the run leaves them to it."""
     from etl.leases import busy_error, owner_state
 
     now = datetime.now(UTC)
+    recomputed: set[str] | None = None
     for job in pipeline.ordered_jobs():
         lease = catalog.get_lease(job.name)
         if lease is None or lease.expires_at <= now:
             continue
         if owner_state(lease.owner) == "dead":
             continue
+        if run_in is not None:
+            if recomputed is None:  # only when a lease is held: it imports PySpark
+                from etl.recompute import requested_jobs
+                from etl.registration import catalog_pipeline_name
+
+                name = catalog_pipeline_name(pipeline, catalog, run_in)
+                recomputed = requested_jobs(catalog, pipeline, name, owner="")
+            if job.name in recomputed:
+                continue
         raise busy_error(pipeline.name, lease)
 
 

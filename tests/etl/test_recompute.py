@@ -9,6 +9,7 @@ makes of ``word_counts`` (one table of the old revision, the other of the new).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -27,7 +28,7 @@ from etl.errors import RecomputeError
 from etl.faults import FAULT_EXIT_CODE
 from etl.loader import load_pipeline
 from etl.recompute import RecomputeRequest, recompute, recompute_jobs
-from tests.support.cli_runner import etl, start
+from tests.support.cli_runner import etl, etl_here, start
 
 TABLES = ["words", "word_counts", "cnt_counts"]
 
@@ -200,6 +201,17 @@ def test_repeatable_read_never_sees_a_mixed_cut_during_a_recompute(tmp_path, spa
         assert one_by_one_latest(chain)[1] is True
         # ... while a repeatable-read cut is the old revision, whole.
         assert repeatable_read(chain) == (2, False)
+        # A run starting now leaves the recomputed jobs to the recompute and runs the rest.
+        (chain.incoming / "2.txt").write_text("d\n")
+        during = etl_here(
+            "run", chain.file, "--once", *chain.params(1), "--warehouse", chain.warehouse,
+            "--format", "json", cwd=tmp_path,
+        )  # fmt: skip
+        assert during.returncode == 0, during.stderr[-3000:]
+        assert json.loads(during.stdout)["left_to_recompute"] == ["count_words", "count_cnts"]
+        assert "left to a running recompute" in during.stderr
+        assert chain.catalog.latest_written(["words"])["words"].epoch == 3
+        assert chain.catalog.latest_written(["word_counts"])["word_counts"].epoch == 2
         os.kill(proc.pid, signal.SIGCONT)
         out, errors = proc.communicate(timeout=600)
     finally:
@@ -213,6 +225,12 @@ def test_repeatable_read_never_sees_a_mixed_cut_during_a_recompute(tmp_path, spa
     assert seen and not any(mixed for _, mixed in seen), seen
     factors = [factor for factor, _ in seen]
     assert factors == sorted(factors, reverse=True), "a reader saw the old revision after the new"
+    assert repeatable_read(chain) == (1, False)
+    # The next run takes the recomputed jobs back and goes on from the switch.
+    after = etl_here("run", chain.file, "--once", *chain.params(1), "--warehouse", chain.warehouse, cwd=tmp_path)  # fmt: skip
+    assert after.returncode == 0, after.stderr[-3000:]
+    level = chain.catalog.latest_written(TABLES)
+    assert level["cnt_counts"].epoch == level["words"].epoch == 4
     assert repeatable_read(chain) == (1, False)
     # Time travel to before the switch reads what readers saw then: the old revision.
     assert repeatable_read(chain, as_of_time=before) == (2, False)
