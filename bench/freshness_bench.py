@@ -239,7 +239,7 @@ class KafkaFeeder(Feeder):
         self.producer.close()
 
 
-def _source_and_feeder(
+def source_and_feeder(
     kind: str, root: Path, stack: ExitStack, *, rows_per_second: int, ticks_per_second: float
 ):
     """The root job's source and the feeder that fills it (a local broker for Kafka)."""
@@ -586,7 +586,7 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="freshness-") as tmp, ExitStack() as stack:
         root = Path(tmp)
-        source, feeder = _source_and_feeder(
+        source, feeder = source_and_feeder(
             source_kind,
             root,
             stack,

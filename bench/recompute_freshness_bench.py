@@ -1,0 +1,195 @@
+"""Freshness outside a recompute: the tables a recompute does not touch stay as fresh
+while it runs as they were before it.
+
+The pipeline is the freshness chain (``bench/freshness_bench.py``, ``DB_BENCH_JOBS`` tables,
+fed by files at a steady rate) plus a side branch off its root that the recompute rewrites:
+
+    events -> side_clean (append) -> side_latest (merge on customer) -> side_rank (overwrite)
+
+``Runner.run_continuous`` runs in a thread with 1 s epochs. After the warm-up, a window of
+``DB_BENCH_SECONDS`` without a recompute (the baseline), then a window of the same length
+in which ``etl recompute side_clean --downstream`` (coalesced, from the first epoch, on the
+same SparkSession, as a second thread: a recompute is a second driver competing for the
+same cores) runs back to back. A probe with its own catalog resolves repeatable-read
+snapshots of the chain's tables (outside the recompute) every 0.1 s.
+
+Reported, per window: freshness of the chain's epochs (first time the repeatable-read cut
+reached the epoch minus its barrier) p50 / p95 / max, and the ratio during / before; the
+recomputes done and how long each took.
+
+Run: python -m bench recompute_freshness
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from bench._common import LoadSampler, env_float, env_int, load_average, median, percentile
+from bench.freshness_bench import CHAIN, ROOT_TABLE, Probe, build_pipeline, source_and_feeder
+
+SIDE = (
+    (
+        "side_clean",
+        "append",
+        (),
+        f"SELECT id, customer, amount FROM {ROOT_TABLE} WHERE amount >= 10",
+    ),
+    (
+        "side_latest",
+        "merge",
+        ("customer",),
+        "SELECT customer, max(amount) AS amount FROM side_clean GROUP BY customer",
+    ),
+    (
+        "side_rank",
+        "overwrite",
+        (),
+        "SELECT customer, amount, rank() OVER (ORDER BY amount DESC) AS pos FROM side_latest",
+    ),
+)
+
+
+def _with_side_branch(pipeline) -> None:
+    previous = ROOT_TABLE
+    for output, mode, keys, query in SIDE:
+        pipeline.sql(
+            f"job_{output}", output=output, query=query, inputs=[previous], mode=mode, keys=keys
+        )
+        previous = output
+
+
+def _freshness(catalog, probe: Probe, window: tuple[float, float]) -> list[float]:
+    """Seconds from each epoch's barrier to the first repeatable-read cut at or past it,
+    for the epochs whose barrier falls in ``window`` and that became visible."""
+    seconds = []
+    for epoch, reached in sorted(probe.reached.items()):
+        barrier = catalog.get_epoch(epoch).barrier_ts.timestamp()
+        if window[0] <= barrier < window[1]:
+            seconds.append(reached - barrier)
+    return seconds
+
+
+def _line(name: str, values: list[float]) -> str:
+    if not values:
+        return f"  {name:<22}: no epoch became visible"
+    return (
+        f"  {name:<22}: p50 {median(values):5.2f} s  p95 {percentile(values, 0.95):5.2f} s  "
+        f"max {max(values):5.2f} s  ({len(values)} epochs)"
+    )
+
+
+def main() -> None:
+    from catalog import load_catalog
+    from etl import Runner, build_spark
+    from etl.recompute import RecomputeRequest, recompute
+
+    seconds = env_float("DB_BENCH_SECONDS", 60.0)
+    warmup = env_float("DB_BENCH_WARMUP", 60.0)
+    rows_per_second = env_int("DB_BENCH_ROWS_PER_SECOND", 1000)
+    tables = max(2, min(len(CHAIN) + 1, env_int("DB_BENCH_JOBS", 6)))
+    spark = build_spark(app_name="bench-recompute-freshness", conf={"spark.ui.enabled": "false"})
+    print(
+        f"{tables}-table chain + a 3-table side branch, 1 s epochs, {rows_per_second} rows/s; "
+        f"warm-up {warmup:g} s, two windows of {seconds:g} s; {load_average()}"
+    )
+    with tempfile.TemporaryDirectory(prefix="recompute-freshness-") as tmp, ExitStack() as stack:
+        root = Path(tmp)
+        source, feeder = source_and_feeder(
+            "file", root, stack, rows_per_second=rows_per_second, ticks_per_second=5.0
+        )
+        warehouse = root / "warehouse"
+        pipeline, names = build_pipeline(source, tables)
+        _with_side_branch(pipeline)
+        catalog = load_catalog(None, warehouse=warehouse)
+        runner = Runner(pipeline, catalog=catalog, warehouse=str(warehouse), spark=spark)
+        stop = threading.Event()
+        outcome: dict[str, object] = {}
+
+        def drive() -> None:
+            try:
+                outcome["result"] = runner.run_continuous(epoch_interval=1.0, stop=stop)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                outcome["error"] = exc
+
+        recomputes: list[tuple[float, int]] = []
+        recomputing = threading.Event()
+
+        def recompute_in_a_loop() -> None:
+            own = load_catalog(None, warehouse=warehouse)
+            try:
+                while recomputing.is_set():
+                    started = time.perf_counter()
+                    result = recompute(
+                        own,
+                        pipeline,
+                        spark,
+                        RecomputeRequest(("side_clean",), downstream=True, reason="bench"),
+                        warehouse=str(warehouse),
+                    )
+                    recomputes.append(
+                        (time.perf_counter() - started, result.revision.through_epoch or 0)
+                    )
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                outcome["recompute error"] = exc
+            finally:
+                own.close()
+
+        probe = Probe(warehouse, names, interval=0.1)
+        driver = threading.Thread(target=drive, name="runner", daemon=True)
+        recomputer = threading.Thread(target=recompute_in_a_loop, name="recompute", daemon=True)
+        with LoadSampler() as load:
+            feeder.start()
+            driver.start()
+            probe.start()
+            time.sleep(warmup)
+            before = (time.time(), time.time() + seconds)
+            time.sleep(seconds)
+            recomputing.set()
+            recomputer.start()
+            during = (time.time(), time.time() + seconds)
+            time.sleep(seconds)
+            recomputing.clear()
+            recomputer.join()
+            stop.set()
+            feeder.stop_event.set()
+            driver.join()
+            time.sleep(0.5)
+            probe.stop_event.set()
+            probe.join()
+            feeder.join()
+        for key in ("error", "recompute error"):
+            if key in outcome:
+                raise RuntimeError(f"the {key.split()[0]} failed") from outcome[key]  # type: ignore[arg-type]
+        failures = getattr(outcome["result"], "failures", ())
+        if failures:
+            raise RuntimeError(f"jobs failed: {failures}")
+        quiet = _freshness(catalog, probe, before)
+        busy = _freshness(catalog, probe, during)
+        print(f"freshness of the {tables} tables outside the recompute (repeatable read):")
+        print(_line("without a recompute", quiet))
+        print(_line("during recomputes", busy))
+        if quiet and busy:
+            print(
+                f"  during / without      : p50 {median(busy) / median(quiet):.2f}x  "
+                f"p95 {percentile(busy, 0.95) / percentile(quiet, 0.95):.2f}x"
+            )
+        durations = [d for d, _ in recomputes]
+        print(
+            f"recomputes of side_clean --downstream: {len(recomputes)} in the window"
+            + (
+                f", {median(durations):.1f} s each (median), through epochs "
+                f"{[e for _, e in recomputes]}"
+                if recomputes
+                else ""
+            )
+        )
+        print(load.summary() + f"; now {load_average()}")
+        catalog.close()
+
+
+if __name__ == "__main__":
+    main()
