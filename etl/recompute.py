@@ -57,7 +57,7 @@ from etl.delta import (
 )
 from etl.engine import EpochEngine, recover
 from etl.engine.commit import EpochWriter
-from etl.errors import PipelineBusyError, RecomputeError
+from etl.errors import PipelineBusyError, RecomputeError, SourceError
 from etl.faults import maybe_crash
 from etl.leases import LeaseKeeper, make_owner, owner_state
 from etl.pipeline import Job, Pipeline
@@ -243,6 +243,32 @@ def _plan(
             tables=request.tables,
         )
     return plans
+
+
+def _check_replayable(catalog: Catalog, plans: Sequence[_JobPlan]) -> None:
+    """RecomputeError naming every recorded slice a source job of the plan cannot read
+    again (files deleted, offsets expired), before anything is written."""
+    problems, tables = [], []
+    for plan in plans:
+        source = plan.job.source
+        if source is None:
+            continue
+        first, last = plan.batches[0].first, plan.batches[-1].last
+        for recorded in catalog.slices(source.name, after=first - 1, up_to=last):
+            try:
+                source.check_replayable(recorded.bounds, epoch=recorded.epoch)
+            except SourceError as exc:
+                problems.append(str(exc))
+                tables.append(plan.job.output)
+    if problems:
+        raise RecomputeError(
+            f"cannot recompute {', '.join(dict.fromkeys(tables))}: its source cannot replay "
+            f"what it recorded, so the recompute would not read the same input: "
+            + "; ".join(problems[:5])
+            + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+            + ". Nothing was changed",
+            tables=tuple(dict.fromkeys(tables)),
+        )
 
 
 def _written_at(catalog: Catalog, tables: Sequence[str], epoch: int) -> bool:
@@ -637,6 +663,11 @@ def recompute(
             for job in jobs:
                 recover(engine, job, leases[job.name], check_lease=partial(keeper.check, job.name))
             plans = _plan(catalog, pipeline, jobs, request)
+            _check_replayable(catalog, plans)
+        except Exception as exc:  # nothing of the revision was written
+            catalog.discard_revision(revision.id, note=f"refused: {exc}")
+            raise
+        try:
             results = tuple(build.run(plan) for plan in plans)
         except Exception as exc:
             # Roll the revision back now rather than leave it to the next recompute.

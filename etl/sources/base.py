@@ -76,6 +76,12 @@ class Source(ABC):
     def read(self, spark: SparkSession, bounds: Mapping[str, object], *, epoch: int) -> SliceData:
         """Read exactly the records inside ``bounds``, spread over Spark tasks."""
 
+    def check_replayable(self, bounds: Mapping[str, object], *, epoch: int) -> None:
+        """Raise SourceError, saying what is missing, when the slice recorded for ``epoch``
+        can no longer be read again exactly (its files deleted, its offsets expired).
+        ``read`` checks it before reading; a recompute before it changes anything."""
+        return None
+
     def unreachable(self) -> str | None:
         """Why the source cannot be read now (what is missing, and what to do), or None.
         Validation asks before anything runs (:mod:`etl.validation`): it must answer in a

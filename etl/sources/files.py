@@ -135,7 +135,7 @@ class FileSource(Source):
         except OSError:  # a file is gone: read() says which
             return None
 
-    def read(self, spark: SparkSession, bounds: Mapping[str, object], *, epoch: int) -> SliceData:
+    def check_replayable(self, bounds: Mapping[str, object], *, epoch: int) -> None:
         files = [str(self.path / name) for name in bounds.get("files", [])]  # type: ignore[attr-defined]
         missing = [f for f in files if not os.path.exists(f)]
         if missing:
@@ -144,6 +144,10 @@ class FileSource(Source):
                 problem=f"files of the recorded slice of epoch {epoch} are gone: {missing[:5]}; "
                 "the epoch cannot be replayed exactly (restore the files)",
             )
+
+    def read(self, spark: SparkSession, bounds: Mapping[str, object], *, epoch: int) -> SliceData:
+        self.check_replayable(bounds, epoch=epoch)
+        files = [str(self.path / name) for name in bounds.get("files", [])]  # type: ignore[attr-defined]
         if self.format == "text":
             from pyspark.sql.types import StringType, StructField, StructType
 

@@ -351,3 +351,33 @@ def test_a_continuous_run_leaves_the_recomputed_jobs_to_it_and_goes_on_after(tmp
         run.send_signal(signal.SIGINT)
         out, errors = run.communicate(timeout=300)
     assert run.returncode == 0, errors[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_root_whose_source_files_are_gone_is_refused_naming_them_before_anything_changes(
+    tmp_path, spark
+):
+    chain = Chain(tmp_path)
+    chain.run_buggy(spark, WORDS)
+    before = {t: sorted(map(str, _rows(chain.location(t), None))) for t in TABLES}
+    (chain.incoming / "1.txt").unlink()
+    with pytest.raises(RecomputeError) as refused:
+        recompute(
+            chain.catalog,
+            chain.pipeline(factor=1),
+            spark,
+            RecomputeRequest(("words",), downstream=True, reason="replay"),
+            warehouse=str(chain.warehouse),
+        )
+    message = str(refused.value)
+    assert "cannot recompute words" in message and "1.txt" in message, message
+    assert "epoch 2" in message and "Nothing was changed" in message, message
+    # Nothing was written: every table holds its old content, and none was RESTOREd.
+    assert {t: sorted(map(str, _rows(chain.location(t), None))) for t in TABLES} == before
+    for table in TABLES:
+        operations = [c.get("operation") for c in DeltaTable(chain.location(table)).history()]
+        assert "RESTORE" not in operations, (table, operations)
+    assert repeatable_read(chain) == one_by_one_latest(chain) == (2, False)
+    (revision,) = chain.catalog.revisions()
+    assert revision.state is RevisionState.DISCARDED

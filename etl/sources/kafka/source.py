@@ -469,8 +469,7 @@ class KafkaSource(Source):
             for r in parsed.ranges
             for low in range(r.start, r.end, self.max_records_per_task)
         ]
-        if pieces:
-            self._check_retained(pieces, epoch)
+        self.check_replayable(bounds, epoch=epoch)
         union = self._union_schema()
         row_columns = [f.name for f in self._row_fields()]
         if pieces:
@@ -512,14 +511,17 @@ class KafkaSource(Source):
         )
         return SliceData(rows=rows, rejects=rejects)
 
-    def _check_retained(self, pieces: Sequence[Range], epoch: int) -> None:
-        """Fail on the driver, with a typed error, if a replay's records were deleted."""
+    def check_replayable(self, bounds: Mapping[str, object], *, epoch: int) -> None:
+        """KafkaDataLossError (on the driver) if records of the slice were deleted."""
         from kafka import TopicPartition
 
-        firsts: dict[TopicPartition, int] = {}
-        for piece in pieces:
-            tp = TopicPartition(piece.topic, piece.partition)
-            firsts[tp] = min(firsts.get(tp, piece.start), piece.start)
+        firsts = {
+            TopicPartition(r.topic, r.partition): r.start
+            for r in Bounds.parse(self.name, bounds).ranges
+            if r.start < r.end
+        }
+        if not firsts:
+            return
         consumer = self._consumer()
         try:
             earliest = consumer.beginning_offsets(list(firsts))
