@@ -217,3 +217,17 @@ def test_a_job_that_gains_a_column_evolves_its_tables_in_the_next_epoch(tmp_path
         assert summary == [(3, 2)]
     recorded = json.loads(catalog.get_table("counts").schema_json)
     assert [f["name"] for f in recorded["fields"]] == ["customer", "n", "_epoch", "note"]
+
+
+def test_a_widened_type_is_refused_like_any_change_of_type(spark, tmp_path):
+    """int to bigint is a widening Delta's typeWidening feature could make in place; it is
+    refused, since delta-rs and Polars cannot read such a table (README)."""
+    location = str(tmp_path / "t")
+    claim_table(location, fence=FENCE)
+    assert _commit(location, spark.createDataFrame([(1, 10, 1)], "k long, n int, _epoch long")) == 0
+    with pytest.raises(SchemaMismatchError) as refused:
+        _commit(location, spark.createDataFrame([(2, 2**40, 2)], "k long, n long, _epoch long"))
+    assert "changed types ['n: " in str(refused.value), refused.value
+    assert "etl recompute t --downstream" in str(refused.value)
+    assert DeltaTable(location).version() == 0
+    assert _rows(spark, location, 0) == [{"k": 1, "n": 10, "_epoch": 1}]
