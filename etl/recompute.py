@@ -44,6 +44,7 @@ from catalog import (
     Revision,
     RevisionState,
     SealRequest,
+    ValidationRecord,
 )
 from consistency import META_JOB, META_REVISION, EpochBatch
 from etl.delta import (
@@ -51,6 +52,7 @@ from etl.delta import (
     Fence,
     claim_table,
     open_table,
+    read_epochs,
     read_table,
     restore_table,
     table_version,
@@ -61,6 +63,7 @@ from etl.errors import PipelineBusyError, RecomputeError, SourceError
 from etl.faults import maybe_crash
 from etl.leases import LeaseKeeper, make_owner, owner_state
 from etl.pipeline import Job, Pipeline
+from etl.quality import QualityGate, run_gate
 from etl.registration import catalog_pipeline_name
 from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS
 
@@ -149,17 +152,6 @@ def recompute_jobs(pipeline: Pipeline, tables: Sequence[str], *, downstream: boo
             f"recomputing {', '.join(tables)} would leave derived tables inconsistent with "
             f"it: {derived}. Add --downstream to recompute them too, or name them",
             tables=tuple(left_out),
-        )
-    gated = sorted(
-        job.output for job in ordered if job.name in chosen and job.output in pipeline.gates
-    )
-    if gated:
-        raise RecomputeError(
-            f"cannot recompute {', '.join(gated)}: a recompute does not run quality gates yet, "
-            "and a revision of a gated table must not skip its audit. Remove the gate "
-            "(pipeline.expect) for the recompute and audit the result, or recompute only "
-            "tables without a gate",
-            tables=tuple(gated),
         )
     return [job for job in ordered if job.name in chosen]
 
@@ -331,6 +323,9 @@ class _Build:
         self.check = check
         self.versions: dict[str, dict[int, int]] = {}
         self.seals: list[SealRequest] = []
+        self.validations: list[tuple[str, ValidationRecord]] = []
+        """The quality gates' verdicts on the revision's batches (job, record): recorded
+        with the switch, since until then readers see the old revision's."""
         self.rewritten: set[str] = set()
         """Tables recomputed from their first epoch whose first commit is still to come: it
         overwrites them with the transform's schema, whatever changed."""
@@ -423,6 +418,9 @@ class _Build:
             job, session, batch, barrier_ts, inputs, read_previous=read_previous
         )
         written = {job.output: self._write(writer, job.output, rows, job.mode)}
+        gate = self.pipeline.gates.get(job.output)
+        if gate is not None:
+            written.update(self._audit(writer, gate, session, previous))
         if rejects is not None and job.rejects_table:
             from pyspark.sql import functions as F
 
@@ -431,6 +429,62 @@ class _Build:
             written[job.rejects_table] = self._write(writer, job.rejects_table, rejects, "append")
         self._record(job, batch, attempt, written)
         return written[job.output][1]
+
+    def _audit(
+        self, writer: RevisionWriter, gate: QualityGate, session: SparkSession, before: int | None
+    ) -> dict[str, tuple[int | None, int]]:
+        """The gate of the job's output, on the rows the batch wrote, as a run's audit
+        decides (etl/engine/audit.py): rows failing a ``quarantine`` gate go to its
+        quarantine table and the output keeps the others; any other failure the policy
+        does not let through fails the revision (nothing is switched)."""
+        job, batch = writer.job, writer.batch
+        location = writer.location(job.output)
+        version = table_version(location)
+        rows = read_epochs(
+            session, location, version=version, first_epoch=batch.first, last_epoch=batch.last
+        )
+        outcome = run_gate(session, gate, rows, epoch=batch.last)
+        self.validations.append(
+            (
+                job.name,
+                ValidationRecord(
+                    table=job.output,
+                    epoch=batch.last,
+                    success=not outcome.failed_expectations,
+                    policy=gate.policy,
+                    results=outcome.summary(),
+                ),
+            )
+        )
+        if not outcome.success:
+            raise RecomputeError(
+                f"revision {self.revision.id} of {job.output!r} fails its quality gate at "
+                f"epochs {batch.first}..{batch.last}: {outcome.blocked_reason}. Nothing was "
+                "switched (readers never saw it); fix the transform and recompute again",
+                tables=(job.output,),
+            )
+        if not outcome.quarantined_count or outcome.passing is None:
+            return {}
+        writer.check_lease()
+        restore_table(
+            location,
+            to_version=before,
+            planned_at=version,
+            fence=writer.fence,
+            metadata={META_REVISION: self.revision.id, META_JOB: job.name},
+        )
+        if before is None:
+            self.rewritten.add(job.output)
+        assert outcome.quarantined is not None  # set with passing
+        return {
+            job.output: (
+                self._write(writer, job.output, outcome.passing.select(*rows.columns), job.mode)[0],
+                outcome.passing.count(),
+            ),
+            gate.quarantine_table: self._write(
+                writer, gate.quarantine_table, outcome.quarantined, "append"
+            ),
+        }
 
     def _unchanged(self, job: Job, batch: EpochBatch, attempt: int) -> int:
         self._record(job, batch, attempt, {})
@@ -687,6 +741,8 @@ def recompute(
             seals=build.seals,
             schemas={t: open_table(build.location(t)).schema().to_json() for t in revision.tables},
         )
+        for job_name, record in build.validations:
+            catalog.record_validation(record, job=job_name, generation=leases[job_name].generation)
         for plan in plans:
             maybe_crash("after_seal", job=plan.job.name, epoch=through)
         return RecomputeResult(revision=switched, tables=results, discarded=tuple(discarded))

@@ -36,6 +36,7 @@ CHAIN = """
 from etl import FileSource, Pipeline, param
 
 FACTOR = int(param("factor", "1"))
+MAX_CNT = 3
 CNT_TYPE = param("cnt_type", "bigint")
 
 pipeline = Pipeline("fixchain")
@@ -58,6 +59,17 @@ pipeline.sql(
     mode="overwrite",
     query="SELECT cnt, count(*) AS words FROM word_counts GROUP BY cnt",
 )
+if param("gate", ""):  # no word counted more than MAX_CNT times
+    import great_expectations as gx
+    from etl.quality import QualityGate
+
+    pipeline.expect(
+        QualityGate(
+            "word_counts",
+            [gx.expectations.ExpectColumnValuesToBeBetween(column="cnt", max_value=MAX_CNT)],
+            policy=param("gate"),
+        )
+    )
 """
 
 
@@ -76,16 +88,21 @@ class Chain:
     def params(self, factor: int) -> list[str]:
         return ["--param", f"input_dir={self.incoming}", "--param", f"factor={factor}"]
 
-    def pipeline(self, *, factor: int, cnt_type: str = "bigint"):
-        params = {"input_dir": str(self.incoming), "factor": str(factor), "cnt_type": cnt_type}
+    def pipeline(self, *, factor: int, cnt_type: str = "bigint", gate: str = ""):
+        params = {
+            "input_dir": str(self.incoming),
+            "factor": str(factor),
+            "cnt_type": cnt_type,
+            "gate": gate,
+        }
         return load_pipeline(self.file, params)
 
-    def runner(self, spark, *, factor: int) -> Runner:
-        pipeline = self.pipeline(factor=factor)
+    def runner(self, spark, *, factor: int, gate: str = "") -> Runner:
+        pipeline = self.pipeline(factor=factor, gate=gate)
         return Runner(pipeline, catalog=self.catalog, warehouse=str(self.warehouse), spark=spark)
 
-    def run_buggy(self, spark, files: list[list[str]]) -> None:
-        runner = self.runner(spark, factor=2)
+    def run_buggy(self, spark, files: list[list[str]], *, gate: str = "") -> None:
+        runner = self.runner(spark, factor=2, gate=gate)
         for index, words in enumerate(files):
             (self.incoming / f"{index}.txt").write_text("\n".join(words) + "\n")
             assert runner.run_once().exit_code == 0
@@ -149,22 +166,45 @@ def test_a_derived_table_left_out_is_refused_naming_it(tmp_path):
     assert [j.name for j in jobs] == ["count_words", "count_cnts"]
 
 
-def test_a_gated_table_is_refused_rather_than_recomputed_without_its_audit(tmp_path):
-    import great_expectations as gx
-
-    from etl.quality import QualityGate
-
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_gated_table_is_audited_in_the_revision_a_failing_one_never_switched(tmp_path, spark):
+    """A block gate fails the revision (nothing switched); a quarantine gate quarantines the
+    revision's failing rows, and the old revision's quarantined rows leave with it."""
     chain = Chain(tmp_path)
-    pipeline = load_pipeline(chain.file, {"input_dir": str(chain.incoming)})
-    pipeline.expect(
-        QualityGate("words", [gx.expectations.ExpectColumnValuesToNotBeNull(column="word")])
-    )
-    with pytest.raises(RecomputeError, match=r"cannot recompute words: .*quality gates"):
-        recompute_jobs(pipeline, ["words"], downstream=True)
-    assert [j.name for j in recompute_jobs(pipeline, ["word_counts"], downstream=True)] == [
-        "count_words",
-        "count_cnts",
+    chain.run_buggy(spark, WORDS, gate="quarantine")  # a: 4 (epochs 1 and 2), b: 4 (2)
+    quarantine = chain.catalog.get_table("word_counts_quarantine").location
+    assert sorted(r["word"] for r in _rows(quarantine, None)) == ["a", "a", "b"]
+
+    def recompute_with(factor: int, gate: str):
+        return recompute(
+            chain.catalog,
+            chain.pipeline(factor=factor, gate=gate),
+            spark,
+            RecomputeRequest(("word_counts",), downstream=True, reason=f"x{factor} {gate}"),
+            warehouse=str(chain.warehouse),
+        )
+
+    with pytest.raises(RecomputeError, match=r"'word_counts' fails its quality gate"):
+        recompute_with(5, "block")  # every count above MAX_CNT
+    assert [r.state for r in chain.catalog.revisions()] == [RevisionState.DISCARDED]
+
+    recompute_with(1, "quarantine")
+    with snapshot(chain.catalog, [*TABLES, "word_counts_quarantine"], "repeatable-read") as snap:
+        counts = _rows(chain.location("word_counts"), snap.versions["word_counts"])
+        quarantined = _rows(quarantine, snap.versions["word_counts_quarantine"])
+    assert sorted((r["word"], r["cnt"]) for r in counts) == [("a", 2), ("b", 2), ("c", 1)]
+    assert quarantined == []
+    (validation,) = [
+        v for v in chain.catalog.validations("word_counts") if v.epoch == 2 and v.success
     ]
+
+    recompute_with(2, "quarantine")  # the bug again: the revision quarantines a and b
+    with snapshot(chain.catalog, [*TABLES, "word_counts_quarantine"], "repeatable-read") as snap:
+        counts = _rows(chain.location("word_counts"), snap.versions["word_counts"])
+        quarantined = _rows(quarantine, snap.versions["word_counts_quarantine"])
+    assert [(r["word"], r["cnt"]) for r in counts] == [("c", 2)]
+    assert sorted(r["word"] for r in quarantined) == ["a", "b"]
 
 
 @pytest.mark.slow
