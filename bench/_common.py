@@ -8,11 +8,15 @@ gateway and :class:`Py4jCalls` wraps py4j's ``send_command`` (benchmarks only).
 from __future__ import annotations
 
 import os
+import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 
 def env_int(name: str, default: int) -> int:
@@ -179,3 +183,39 @@ class Py4jCalls:
         from py4j.clientserver import ClientServerConnection
 
         ClientServerConnection.send_command = self._original
+
+
+def start_s3_server(bucket: str) -> subprocess.Popen:
+    """moto's S3 server on a free port of 127.0.0.1 with ``bucket`` created, its endpoint
+    and dummy credentials exported to this process (before Spark starts, so that its
+    Python workers and ``etl`` subprocesses inherit them). Terminate it when done."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("moto_server did not start") from None
+            time.sleep(0.05)
+    endpoint = f"http://127.0.0.1:{port}"
+    os.environ.update(
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench-secret",
+        AWS_REGION="us-east-1",
+        AWS_ALLOW_HTTP="true",
+    )
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+    return proc

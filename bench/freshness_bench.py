@@ -279,9 +279,17 @@ class Probe(threading.Thread):
     """Resolves repeatable-read snapshots of ``tables`` in a loop with its own catalog and
     records when each epoch first became visible (wall-clock seconds)."""
 
-    def __init__(self, warehouse: Path, tables: list[str], *, interval: float):
+    def __init__(
+        self,
+        warehouse: Path | str,
+        tables: list[str],
+        *,
+        interval: float,
+        catalog_url: str | None = None,
+    ):
         super().__init__(name="probe", daemon=True)
         self.warehouse = warehouse
+        self.catalog_url = catalog_url
         self.tables = tables
         self.interval = interval
         self.stop_event = threading.Event()
@@ -296,7 +304,7 @@ class Probe(threading.Thread):
         from catalog import load_catalog
         from etl import snapshot
 
-        catalog = load_catalog(None, warehouse=self.warehouse)
+        catalog = load_catalog(self.catalog_url, warehouse=self.warehouse)
         newest = 0
         try:
             while not self.stop_event.is_set():
@@ -316,6 +324,26 @@ class Probe(threading.Thread):
                 self.stop_event.wait(self.interval)
         finally:
             catalog.close()
+
+
+def visible_after_barrier(catalog, probe: Probe, window: tuple[float, float]) -> list[float]:
+    """Seconds from each epoch's barrier to the first repeatable-read cut at or past it,
+    for the epochs whose barrier falls in ``window`` and that became visible."""
+    seconds = []
+    for epoch, reached in sorted(probe.reached.items()):
+        barrier = catalog.get_epoch(epoch).barrier_ts.timestamp()
+        if window[0] <= barrier < window[1]:
+            seconds.append(reached - barrier)
+    return seconds
+
+
+def freshness_line(name: str, values: list[float]) -> str:
+    if not values:
+        return f"  {name:<22}: no epoch became visible"
+    return (
+        f"  {name:<22}: p50 {median(values):5.2f} s  p95 {percentile(values, 95):5.2f} s  "
+        f"max {max(values):5.2f} s  ({len(values)} epochs)"
+    )
 
 
 @dataclass

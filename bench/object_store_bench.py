@@ -15,60 +15,26 @@ Run: ``python -m bench.object_store_bench`` (or through ``python -m bench``);
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench._common import env_int, load_average, median
+from bench._common import env_int, load_average, median, start_s3_server
 
 TARGET_RATIO = 1.5
-
-
-def _start_moto() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("moto_server did not start")
 
 
 def main() -> None:
     rows = env_int("DB_BENCH_ROWS", 1_000_000)
     runs = env_int("DB_BENCH_RUNS", 3)
-    moto, endpoint = _start_moto()
-    # Before Spark starts: its Python workers inherit the endpoint and credentials.
-    os.environ.update(
-        AWS_ENDPOINT_URL=endpoint,
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench-secret",
-        AWS_REGION="us-east-1",
-        AWS_ALLOW_HTTP="true",
-    )
-    import boto3
+    moto = start_s3_server("bench-warehouse")
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from etl.delta import Fence, commit_files, write_files
     from etl.spark import build_spark
 
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench-warehouse")
     spark = build_spark(app_name="object-store-bench", conf={"spark.ui.enabled": "false"})
     workdir = Path(tempfile.mkdtemp(prefix="object-store-bench-"))
     try:

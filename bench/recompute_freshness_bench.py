@@ -30,7 +30,15 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from bench._common import LoadSampler, env_float, env_int, load_average, median, percentile
-from bench.freshness_bench import CHAIN, ROOT_TABLE, Probe, build_pipeline, source_and_feeder
+from bench.freshness_bench import (
+    CHAIN,
+    ROOT_TABLE,
+    Probe,
+    build_pipeline,
+    freshness_line,
+    source_and_feeder,
+    visible_after_barrier,
+)
 
 SIDE = (
     (
@@ -61,26 +69,6 @@ def _with_side_branch(pipeline) -> None:
             f"job_{output}", output=output, query=query, inputs=[previous], mode=mode, keys=keys
         )
         previous = output
-
-
-def _freshness(catalog, probe: Probe, window: tuple[float, float]) -> list[float]:
-    """Seconds from each epoch's barrier to the first repeatable-read cut at or past it,
-    for the epochs whose barrier falls in ``window`` and that became visible."""
-    seconds = []
-    for epoch, reached in sorted(probe.reached.items()):
-        barrier = catalog.get_epoch(epoch).barrier_ts.timestamp()
-        if window[0] <= barrier < window[1]:
-            seconds.append(reached - barrier)
-    return seconds
-
-
-def _line(name: str, values: list[float]) -> str:
-    if not values:
-        return f"  {name:<22}: no epoch became visible"
-    return (
-        f"  {name:<22}: p50 {median(values):5.2f} s  p95 {percentile(values, 95):5.2f} s  "
-        f"max {max(values):5.2f} s  ({len(values)} epochs)"
-    )
 
 
 def main() -> None:
@@ -170,11 +158,11 @@ def main() -> None:
         failures = getattr(outcome["result"], "failures", ())
         if failures:
             raise RuntimeError(f"jobs failed: {failures}")
-        quiet = _freshness(catalog, probe, before)
-        busy = _freshness(catalog, probe, during)
+        quiet = visible_after_barrier(catalog, probe, before)
+        busy = visible_after_barrier(catalog, probe, during)
         print(f"freshness of the {tables} tables outside the recompute (repeatable read):")
-        print(_line("without a recompute", quiet))
-        print(_line("during recomputes", busy))
+        print(freshness_line("without a recompute", quiet))
+        print(freshness_line("during recomputes", busy))
         if quiet and busy:
             print(
                 f"  during / without      : p50 {median(busy) / median(quiet):.2f}x  "
