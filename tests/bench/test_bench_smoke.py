@@ -20,6 +20,13 @@ TINY = {
         "DB_BENCH_FILES_PER_SECOND": "2",
         "DB_BENCH_PROBE_INTERVAL": "0.2",
     },
+    "recompute_freshness": {
+        "DB_BENCH_SECONDS": "6",
+        "DB_BENCH_WARMUP": "4",
+        "DB_BENCH_JOBS": "3",
+        "DB_BENCH_ROWS_PER_SECOND": "50",
+        "DB_BENCH_RECOMPUTE_PAUSE": "0.5",
+    },
     "retention": {
         "DB_BENCH_EPOCHS": "6",
         "DB_BENCH_MAINTAIN_EVERY": "3",
@@ -40,6 +47,7 @@ EXPECTED = {
     "small_epoch": "one tiny epoch through one job:",
     "file_cut": "file cut 100 / 10 files:",
     "freshness": "freshness of the last table",
+    "recompute_freshness": "recomputes of side_clean --downstream:",
     "merge_scaling": "deletion-vectors: merge job 5,000 / 2,000 rows:",
     "retention": "repeatable-read read of the latest cut",
     "takeover": "kill -9 -> next run's first sealed epoch:",
