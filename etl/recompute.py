@@ -440,6 +440,7 @@ class _Build:
         job, batch = writer.job, writer.batch
         location = writer.location(job.output)
         version = table_version(location)
+        assert version is not None  # the batch has just written it
         rows = read_epochs(
             session, location, version=version, first_epoch=batch.first, last_epoch=batch.last
         )

@@ -266,6 +266,47 @@ def parse_params(items: list[str]) -> dict[str, str]:
     return params
 
 
+def quiet_pyspark(verbose: bool) -> None:
+    """PySpark's Python-side log reaches stderr only with -v (``etl``'s own log lines follow
+    -v / --log-level before the command)."""
+    import logging
+
+    if verbose:
+        root = logging.getLogger()
+        root.setLevel(min(root.level, logging.INFO))
+        return
+    for name in ("py4j", "pyspark"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def quiet_spark_log(spark, verbose: bool):
+    """Spark's JVM log (with its stack traces) on stderr only with -v."""
+    if not verbose:
+        import logging
+
+        from pyspark.logger import PySparkLogger
+
+        spark.sparkContext.setLogLevel("OFF")
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+            # PySpark logs a failed query with its Java stack trace (JSON on stderr); the
+            # failure is reported in one line and kept in the catalog instead.
+            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    return spark
+
+
+def load_pipeline_file(
+    pipeline_file: Path, items: list[str], catalog: Catalog | None, *, check_sources: bool = True
+):
+    """The pipeline file loaded and validated (:mod:`etl.validation`): every problem at
+    once, before Spark starts and before the catalog is written."""
+    from etl.validation import validate_file
+
+    params = parse_params(items)
+    return validate_file(
+        pipeline_file, params, catalog=catalog, check_sources=check_sources
+    ).checked()
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
@@ -447,6 +488,9 @@ def hoist_global_options(command: Any, args: list[str]) -> list[str]:
 
 
 __all__ = [
+    "load_pipeline_file",
+    "quiet_pyspark",
+    "quiet_spark_log",
     "DEFAULT_FORMAT",
     "CatalogUrl",
     "Consistency",

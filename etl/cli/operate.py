@@ -18,8 +18,10 @@ from etl.cli.app import (
     Warehouse,
     app,
     guard,
+    load_pipeline_file,
     open_catalog,
     parse_params,
+    quiet_pyspark,
 )
 from etl.cli.render import print_json
 from etl.errors import UsageError
@@ -131,14 +133,13 @@ def resolve(
             elif action is ResolutionAction.SKIP:
                 result = resolving.skip(catalog, blocked, lease, actor=actor, reason=reason)
             else:
-                from etl.cli.run import _load, _quiet
                 from etl.engine import EpochEngine
                 from etl.spark import build_spark
 
-                _quiet(False)
+                quiet_pyspark(False)
                 parse_params(param)
                 assert pipeline_file is not None
-                pipeline = _load(pipeline_file, param, catalog, check_sources=False)
+                pipeline = load_pipeline_file(pipeline_file, param, catalog, check_sources=False)
                 engine = EpochEngine(
                     pipeline=pipeline,
                     catalog=catalog,

@@ -25,8 +25,10 @@ from etl.cli.app import (
     Warehouse,
     app,
     guard,
+    load_pipeline_file,
     open_catalog,
-    parse_params,
+    quiet_pyspark,
+    quiet_spark_log,
     warehouse_root,
 )
 from etl.cli.progress import BatchProgress
@@ -173,9 +175,9 @@ def run(
             "--maintenance-interval goes with --continuous, not --once "
             "(after a run --once, run `etl maintain` itself)"
         )
-    _quiet(verbose)
+    quiet_pyspark(verbose)
     known = existing_catalog(warehouse, catalog_url)
-    pipeline = _load(pipeline_file, param, known)
+    pipeline = load_pipeline_file(pipeline_file, param, known)
     deadline = time.monotonic() + wait
     if known is not None:
         from etl.registration import check_registration
@@ -193,7 +195,7 @@ def run(
     from etl.spark import build_spark
 
     catalog = open_catalog(warehouse, catalog_url, create=True)
-    spark = _spark_log(build_spark(master=master, app_name=f"etl-{pipeline.name}"), verbose)
+    spark = quiet_spark_log(build_spark(master=master, app_name=f"etl-{pipeline.name}"), verbose)
     stopping = threading.Event()
     progress = BatchProgress([job.name for job in pipeline.ordered_jobs()])
     runner = Runner(
@@ -260,47 +262,6 @@ def run(
             if failure.exception is not None:
                 err.print("".join(traceback.format_exception(failure.exception)), markup=False)
     raise typer.Exit(result.exit_code)
-
-
-def _quiet(verbose: bool) -> None:
-    """PySpark's Python-side log reaches stderr only with -v (``etl``'s own log lines follow
-    -v / --log-level before the command)."""
-    import logging
-
-    if verbose:
-        root = logging.getLogger()
-        root.setLevel(min(root.level, logging.INFO))
-        return
-    for name in ("py4j", "pyspark"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-
-
-def _spark_log(spark, verbose: bool):
-    """Spark's JVM log (with its stack traces) on stderr only with -v."""
-    if not verbose:
-        import logging
-
-        from pyspark.logger import PySparkLogger
-
-        spark.sparkContext.setLogLevel("OFF")
-        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
-            # PySpark logs a failed query with its Java stack trace (JSON on stderr); the
-            # failure is reported in one line and kept in the catalog instead.
-            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
-    return spark
-
-
-def _load(
-    pipeline_file: Path, items: list[str], catalog: Catalog | None, *, check_sources: bool = True
-):
-    """The pipeline file loaded and validated (:mod:`etl.validation`): every problem at
-    once, before Spark starts and before the catalog is written."""
-    from etl.validation import validate_file
-
-    params = parse_params(items)
-    return validate_file(
-        pipeline_file, params, catalog=catalog, check_sources=check_sources
-    ).checked()
 
 
 def _handle_signals(runner, stopping: threading.Event) -> None:
@@ -610,11 +571,11 @@ def recover(
     from etl.runner import Runner, RunResult, catalog_pipeline_name, undeclared
     from etl.spark import build_spark
 
-    _quiet(verbose)
+    quiet_pyspark(verbose)
     catalog = open_catalog(warehouse, catalog_url)
     # Recovery reads no source (it seals or rolls back; the next run replays): a source
     # that cannot be reached now does not keep it from bringing the tables back.
-    pipeline = _load(pipeline_file, param, catalog, check_sources=False)
+    pipeline = load_pipeline_file(pipeline_file, param, catalog, check_sources=False)
     _check_not_held(catalog, pipeline)  # before Spark starts
     from etl.recompute import abandoned_revisions
 
@@ -634,7 +595,7 @@ def recover(
         pipeline,
         catalog=catalog,
         warehouse=warehouse_root(warehouse),
-        spark=_spark_log(build_spark(master=master, app_name="etl-recover"), verbose),
+        spark=quiet_spark_log(build_spark(master=master, app_name="etl-recover"), verbose),
     )
     with runner:
         result = runner.recover()
@@ -730,9 +691,9 @@ def recompute(
     from etl.recompute import recompute as recomputing
     from etl.spark import build_spark
 
-    _quiet(verbose)
+    quiet_pyspark(verbose)
     catalog = open_catalog(warehouse, catalog_url)
-    pipeline = _load(pipeline_file, param, catalog, check_sources=False)
+    pipeline = load_pipeline_file(pipeline_file, param, catalog, check_sources=False)
     request = RecomputeRequest(
         tables=tuple(tables),
         downstream=downstream,
@@ -741,7 +702,7 @@ def recompute(
         reason=reason,
         actor=default_actor(),
     )
-    spark = _spark_log(build_spark(master=master, app_name="etl-recompute"), verbose)
+    spark = quiet_spark_log(build_spark(master=master, app_name="etl-recompute"), verbose)
     result = recomputing(
         catalog, pipeline, spark, request, warehouse=warehouse_root(warehouse), wait_seconds=wait
     )
