@@ -104,7 +104,7 @@ def _etl_sql(warehouse: str, catalog_url: str | None, runs: int) -> float:
     """Median wall seconds of the whole ``etl sql`` command."""
     command = [str(Path(sys.executable).with_name("etl")), "sql", SQL, "--warehouse", warehouse]
     if catalog_url:
-        command += ["--catalog-url", catalog_url]
+        command += ["--catalog", catalog_url]
     times = []
     for _ in range(runs + 1):
         started = time.perf_counter()
