@@ -102,7 +102,14 @@ class FileSource(Source):
     def _listing(self) -> list[pafs.FileInfo]:
         """The files under an object-store prefix (one listing; it carries their times)."""
         fs, root = filesystem(self.location)
-        found = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        try:
+            found = fs.get_file_info(pafs.FileSelector(root))
+        except FileNotFoundError:
+            # A prefix nothing was written under yet is empty; a missing bucket is an error.
+            bucket = root.split("/", 1)[0]
+            if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+                raise FileNotFoundError(f"bucket {bucket!r} does not exist") from None
+            return []
         return [info for info in found if info.type == pafs.FileType.File]
 
     def _arrivals(self, taken: Collection[str]) -> list[_Arrival]:
