@@ -150,12 +150,14 @@ CHAIN = ["words", "word_counts", "cnt_counts"]
 DROPS = [("a.txt", ["apple", "pear", "apple"]), ("b.txt", ["pear", "fig", "kiwi"])]
 
 
-def _every_engine(catalog, spark, level: str) -> dict[str, dict[str, list[tuple]]]:
+def _every_engine(
+    catalog, spark, level: str, tables: list[str] = CHAIN
+) -> dict[str, dict[str, list[tuple]]]:
     """Per engine, per table, its rows (sorted) at ``level``; Spark only when given."""
     read: dict[str, dict[str, list[tuple]]] = {}
-    with snapshot(catalog, CHAIN, level, spark=spark) as snap:
+    with snapshot(catalog, tables, level, spark=spark) as snap:
         con = snap.duckdb()
-        for name in CHAIN:
+        for name in tables:
             columns = snap.arrow(name).column_names
             engines = {
                 "duckdb": con.sql(f"SELECT * FROM {name}").fetchall(),
@@ -415,3 +417,69 @@ def test_a_file_of_a_recorded_slice_gone_from_the_prefix_is_named(spark, s3_buck
 def test_a_file_source_on_a_bucket_that_does_not_exist_says_it_cannot_list_it(s3_server):
     source = FileSource("drops", path="s3://no-such-bucket-here/incoming")
     assert "cannot list 's3://no-such-bucket-here/incoming'" in (source.unreachable() or "")
+
+
+SHOP = ["orders", "orders_rejects", "order_facts", "customer_totals", "tier_counts"]
+
+
+def _shop_orders(first: int, count: int) -> list[bytes]:
+    return [
+        json.dumps(
+            {"order_id": i, "customer": f"c{i % 3}", "amount": f"{i * 17.25:.2f}", "items": i % 4}
+        ).encode()
+        for i in range(first, first + count)
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_the_shop_chain_from_kafka_on_s3_equals_it_on_local_disk_at_every_level_in_every_engine(
+    tmp_path, spark, s3_bucket, postgres_url, kafka_bootstrap, kafka_topic, kafka_produce
+):
+    """The shop chain (Kafka ingest with a rejects side output, an append, a merge, an
+    overwrite) run by ``etl run`` into a bucket with PostgreSQL, and by a runner on local
+    disk, from one topic: every table equal at every level in every engine, and the root
+    table holds exactly the topic's well-formed orders."""
+    from examples.shop.pipeline import build as build_shop
+
+    topic = kafka_topic(partitions=2)
+    warehouse = f"{s3_bucket}/warehouse"
+    where = ("--warehouse", warehouse, "--catalog", postgres_url)
+    params = ("--param", f"bootstrap_servers={kafka_bootstrap}", "--param", f"topic={topic}")
+    local_catalog = load_catalog(None, warehouse=tmp_path / "local")
+    local = Runner(
+        build_shop(kafka_bootstrap, topic),
+        catalog=local_catalog,
+        warehouse=str(tmp_path / "local"),
+        spark=spark,
+    )
+    first, second = _shop_orders(0, 8) + [b"{not json"], _shop_orders(8, 6)
+    for values in (first, second):  # epoch 2 merges into totals that epoch 1 made
+        kafka_produce(topic, values, partitions=2)
+        ran = etl(
+            "run", REPO / "examples/shop/pipeline.py", "--once", *params, *where, cwd=tmp_path
+        )
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        assert local.run_once().ok
+    on_s3 = load_catalog(postgres_url, create=False)
+    assert all(on_s3.get_table(t).location.startswith(f"{warehouse}/") for t in SHOP)
+
+    for level in LEVELS:
+        with_spark = spark if level == "repeatable-read" else None
+        expected = _every_engine(local_catalog, with_spark, level, SHOP)
+        for engine, tables in _every_engine(on_s3, with_spark, level, SHOP).items():
+            assert tables == expected[engine], (level, engine)
+
+    with snapshot(on_s3, ["orders", "orders_rejects"], "repeatable-read") as snap:
+        con = snap.duckdb()
+        orders = con.sql("SELECT order_id, customer, amount::VARCHAR, items FROM orders").fetchall()
+        rejects = con.sql("SELECT count(*) FROM orders_rejects").fetchone()
+    well_formed = [json.loads(v) for v in first[:-1] + second]
+    assert sorted(orders) == sorted(
+        (o["order_id"], o["customer"], o["amount"], o["items"]) for o in well_formed
+    )
+    assert rejects == (1,)
+    for output in (ran.stdout, ran.stderr):
+        assert os.environ["AWS_SECRET_ACCESS_KEY"] not in output
