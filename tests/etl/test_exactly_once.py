@@ -7,6 +7,7 @@ paused. The fault campaign (tests/faults) explores such schedules by itself.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -26,6 +27,7 @@ from etl.errors import DuplicateMergeKeyError, LeaseLostError
 from etl.leases import LeaseKeeper
 from etl.quality import QualityGate
 from etl.sources.base import SliceData, SliceRequest, Source
+from etl.storage import filesystem
 
 pytestmark = [pytest.mark.spark, pytest.mark.recovery]
 
@@ -255,6 +257,37 @@ def test_a_recorded_slice_is_read_when_its_epoch_joins_a_catch_up(tmp_path, spar
         result = runner.run_pending()
     assert result.ok, result.failures
     assert [(b.first_epoch, b.epoch) for b in result.batches] == [(1, 1), (2, 3)]
+    assert committed(runner, "lines") == [("a", 1), ("b", 2), ("c", 3)]
+
+
+@pytest.mark.s3
+def test_a_crash_between_micro_batches_of_files_on_s3_replays_the_same_files_once(
+    tmp_path, spark, s3_bucket
+):
+    """A FileSource on a bucket prefix: the replay of the crashed epoch reads the files its
+    recorded slice names, not a file that arrived since; that file comes once, later."""
+    incoming = f"{s3_bucket}/incoming"
+    fs, root = filesystem(incoming)
+
+    def drop(name: str, v: int) -> None:
+        with fs.open_output_stream(f"{root}/{name}.json") as out:
+            out.write(json.dumps({"k": name, "v": v}).encode() + b"\n")
+
+    source = FileSource(
+        "drops", path=incoming, format="json", schema="k string, v long", files_per_micro_batch=1
+    )
+    pipeline = Pipeline("eo")
+    pipeline.job("ingest", output="lines", source=source)(None)
+    runner = make_runner(pipeline, tmp_path, spark)
+    drop("a", 1)
+    drop("b", 2)
+    with crash_at("between_micro_batches"), pytest.raises(SimulatedCrash):
+        runner.run_once()
+    drop("c", 3)
+    assert runner.run_once().ok
+    assert runner.run_once().ok
+    recorded = runner.catalog.get_slice("drops", 1)
+    assert recorded is not None and recorded.bounds["files"] == ["a.json", "b.json"]
     assert committed(runner, "lines") == [("a", 1), ("b", 2), ("c", 3)]
 
 
