@@ -155,6 +155,50 @@ class ProcessCpu:
         return time.process_time()
 
 
+def tree_cpu(root: int | None = None) -> dict[str, float]:
+    """CPU seconds used so far by a process (default: this one, "this process") and its
+    live descendants (Linux /proc), by command name: the driver JVM (``java``), Spark's
+    Python workers (``python``) and any server the benchmark started (``moto_server``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                text = stat.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        if any(arg.endswith(b"moto_server") for arg in argv[:2]):
+            name = "moto_server"
+        stats[int(entry)] = (int(fields[1]), name, (int(fields[11]) + int(fields[12])) / tick)
+    root = os.getpid() if root is None else root
+    inside = {root}
+    grew = True
+    while grew:
+        grew = False
+        for pid, (parent, _, _) in stats.items():
+            if parent in inside and pid not in inside:
+                inside.add(pid)
+                grew = True
+    totals: dict[str, float] = {}
+    for pid in inside:
+        if pid in stats:
+            _, name, seconds = stats[pid]
+            name = "this process" if pid == root else name
+            totals[name] = totals.get(name, 0.0) + seconds
+    return totals
+
+
+def cpu_between(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per command name between two :func:`tree_cpu` readings."""
+    return {name: after[name] - before.get(name, 0.0) for name in sorted(after)}
+
+
 class Py4jCalls:
     """Counts the py4j round trips from Python to the driver JVM (every method call, field
     access and object conversion is one), by wrapping py4j's ClientServerConnection."""

@@ -29,12 +29,14 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from bench._common import (
+    cpu_between,
     env_float,
     env_int,
     load_average,
     median,
     percentile,
     start_s3_server,
+    tree_cpu,
 )
 from bench.freshness_bench import (
     Probe,
@@ -52,7 +54,8 @@ SQL = (
 
 
 def _chain(spark, warehouse: str, catalog_url: str | None, *, warmup: float, seconds: float):
-    """Run the chain on ``warehouse``: (freshness seconds of the window's epochs)."""
+    """Run the chain on ``warehouse``: (freshness seconds of the window's epochs, CPU
+    seconds per process name in the window)."""
     from catalog import load_catalog
     from etl import Runner
 
@@ -83,7 +86,9 @@ def _chain(spark, warehouse: str, catalog_url: str | None, *, warmup: float, sec
         probe.start()
         time.sleep(warmup)
         window = (time.time(), time.time() + seconds)
+        cpu_before = tree_cpu()
         time.sleep(seconds)
+        cpu = cpu_between(cpu_before, tree_cpu())
         stop.set()
         feeder.stop_event.set()
         driver.join()
@@ -97,7 +102,7 @@ def _chain(spark, warehouse: str, catalog_url: str | None, *, warmup: float, sec
             raise RuntimeError(f"jobs failed: {outcome['result']}")
         seconds_seen = visible_after_barrier(catalog, probe, window)
         catalog.close()
-        return seconds_seen
+        return seconds_seen, cpu
 
 
 def _etl_sql(warehouse: str, catalog_url: str | None, runs: int) -> float:
@@ -136,10 +141,11 @@ def main() -> None:
                     f"sqlite:///{Path(tmp) / 's3-catalog.sqlite'}",
                 ),
             }
-            fresh = {
+            measured = {
                 name: _chain(spark, warehouse, url, warmup=warmup, seconds=seconds)
                 for name, (warehouse, url) in stores.items()
             }
+            fresh = {name: values for name, (values, _) in measured.items()}
             print("freshness (repeatable read, all ten tables):")
             for name, values in fresh.items():
                 print(freshness_line(name, values))
@@ -149,6 +155,10 @@ def main() -> None:
                     f"{median(fresh['s3']) / median(fresh['local']):.2f}x  p95 "
                     f"{percentile(fresh['s3'], 95) / percentile(fresh['local'], 95):.2f}x"
                 )
+            print(f"CPU seconds in the {seconds:g} s window, by process:")
+            for name, (_, cpu) in measured.items():
+                used = ", ".join(f"{proc} {secs:.1f}" for proc, secs in cpu.items() if secs >= 0.1)
+                print(f"  {name:<22}: {sum(cpu.values()):6.1f} ({used})")
             sql = {name: _etl_sql(w, url, runs) for name, (w, url) in stores.items()}
             print(f"etl sql, whole command (median of {runs}):")
             for name, value in sql.items():
