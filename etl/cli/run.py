@@ -176,92 +176,98 @@ def run(
             "(after a run --once, run `etl maintain` itself)"
         )
     quiet_pyspark(verbose)
-    known = existing_catalog(warehouse, catalog_url)
-    pipeline = load_pipeline_file(pipeline_file, param, known)
     deadline = time.monotonic() + wait
-    if known is not None:
-        from etl.registration import check_registration
+    with contextlib.ExitStack() as closing:
+        known = existing_catalog(warehouse, catalog_url)
+        if known is not None:
+            closing.enter_context(known)
+        pipeline = load_pipeline_file(pipeline_file, param, known)
+        if known is not None:
+            from etl.registration import check_registration
 
-        # Names another pipeline owns are refused first: their leases are not this one's.
-        check_registration(known, pipeline, warehouse_root(warehouse))
-        # A busy pipeline is refused before PySpark is even imported; acquiring the
-        # leases decides.
-        _retry_while_busy(
-            lambda: _check_not_held(known, pipeline, run_in=warehouse_root(warehouse)),
-            deadline,
-            wait,
-        )
+            # Names another pipeline owns are refused first: their leases are not this one's.
+            check_registration(known, pipeline, warehouse_root(warehouse))
+            # A busy pipeline is refused before PySpark is even imported; acquiring the
+            # leases decides.
+            _retry_while_busy(
+                lambda: _check_not_held(known, pipeline, run_in=warehouse_root(warehouse)),
+                deadline,
+                wait,
+            )
     from etl.runner import Runner
     from etl.spark import build_spark
 
     catalog = open_catalog(warehouse, catalog_url, create=True)
-    spark = quiet_spark_log(build_spark(master=master, app_name=f"etl-{pipeline.name}"), verbose)
-    stopping = threading.Event()
-    progress = BatchProgress([job.name for job in pipeline.ordered_jobs()])
-    runner = Runner(
-        pipeline,
-        catalog=catalog,
-        warehouse=warehouse_root(warehouse),
-        spark=spark,
-        lease_ttl_seconds=lease_ttl,
-        backlog_threshold="auto" if backlog_threshold is None else backlog_threshold,
-        max_parallel_jobs=max_parallel,
-        slow_batch_seconds=slow_batch_seconds,
-        on_batch=progress,
-        retry=retry_policy_for(
-            retries, backoff_seconds=retry_backoff, keep_going=keep_going, continuous=continuous
-        ),
-    )
-    # After Spark starts: its SparkContext installs a SIGINT handler of its own (cancel
-    # all jobs). Until here, Ctrl-C or SIGTERM exits having written nothing.
-    _handle_signals(runner, stopping)
-    _retry_while_busy(runner.acquire, deadline, wait)
-    for lease in runner.taken_over:
-        err.print(
-            f"took over job {lease.job} from {lease.owner}: that process is gone "
-            "(its lease was not waited for)"
+    with catalog:
+        spark = quiet_spark_log(
+            build_spark(master=master, app_name=f"etl-{pipeline.name}"), verbose
         )
-    for job in runner.undeclared.jobs:
-        err.print(
-            f"[yellow]warning:[/] job {job} is registered in pipeline "
-            f"{runner.catalog_pipeline!r} but {escape(str(pipeline_file))} no longer declares "
-            f"it; its tables hold the pipeline's COMMIT back. Retire it: etl retire job {job}"
+        stopping = threading.Event()
+        progress = BatchProgress([job.name for job in pipeline.ordered_jobs()])
+        runner = Runner(
+            pipeline,
+            catalog=catalog,
+            warehouse=warehouse_root(warehouse),
+            spark=spark,
+            lease_ttl_seconds=lease_ttl,
+            backlog_threshold="auto" if backlog_threshold is None else backlog_threshold,
+            max_parallel_jobs=max_parallel,
+            slow_batch_seconds=slow_batch_seconds,
+            on_batch=progress,
+            retry=retry_policy_for(
+                retries, backoff_seconds=retry_backoff, keep_going=keep_going, continuous=continuous
+            ),
         )
-    for table in runner.undeclared.tables:
-        err.print(
-            f"[yellow]warning:[/] table {table} is registered in pipeline "
-            f"{runner.catalog_pipeline!r} but no job of {escape(str(pipeline_file))} writes "
-            f"it any more; it holds the pipeline's COMMIT back. Retire it: etl retire table "
-            f"{table}"
+        # After Spark starts: its SparkContext installs a SIGINT handler of its own (cancel
+        # all jobs). Until here, Ctrl-C or SIGTERM exits having written nothing.
+        _handle_signals(runner, stopping)
+        _retry_while_busy(runner.acquire, deadline, wait)
+        for lease in runner.taken_over:
+            err.print(
+                f"took over job {lease.job} from {lease.owner}: that process is gone "
+                "(its lease was not waited for)"
+            )
+        for job in runner.undeclared.jobs:
+            err.print(
+                f"[yellow]warning:[/] job {job} is registered in pipeline "
+                f"{runner.catalog_pipeline!r} but {escape(str(pipeline_file))} no longer declares "
+                f"it; its tables hold the pipeline's COMMIT back. Retire it: etl retire job {job}"
+            )
+        for table in runner.undeclared.tables:
+            err.print(
+                f"[yellow]warning:[/] table {table} is registered in pipeline "
+                f"{runner.catalog_pipeline!r} but no job of {escape(str(pipeline_file))} writes "
+                f"it any more; it holds the pipeline's COMMIT back. Retire it: etl retire table "
+                f"{table}"
+            )
+        upkeep = _maintenance(runner, catalog, maintenance_interval)
+        try:
+            with progress:
+                if once:
+                    result = runner.run_once()
+                else:
+                    with upkeep or contextlib.nullcontext():
+                        result = runner.run_continuous(
+                            epoch_interval=epoch_interval or 10.0,
+                            stop=stopping,
+                            max_epochs=max_epochs,
+                        )
+        finally:
+            runner.release()
+        _report(
+            result,
+            runner,
+            fmt=format,
+            maintenance=upkeep.totals if upkeep else None,
+            invocation=_invocation(pipeline_file, param, warehouse, catalog_url),
         )
-    upkeep = _maintenance(runner, catalog, maintenance_interval)
-    try:
-        with progress:
-            if once:
-                result = runner.run_once()
-            else:
-                with upkeep or contextlib.nullcontext():
-                    result = runner.run_continuous(
-                        epoch_interval=epoch_interval or 10.0,
-                        stop=stopping,
-                        max_epochs=max_epochs,
-                    )
-    finally:
-        runner.release()
-    _report(
-        result,
-        runner,
-        fmt=format,
-        maintenance=upkeep.totals if upkeep else None,
-        invocation=_invocation(pipeline_file, param, warehouse, catalog_url),
-    )
-    if verbose:
-        import traceback
+        if verbose:
+            import traceback
 
-        for failure in result.failures:
-            if failure.exception is not None:
-                err.print("".join(traceback.format_exception(failure.exception)), markup=False)
-    raise typer.Exit(result.exit_code)
+            for failure in result.failures:
+                if failure.exception is not None:
+                    err.print("".join(traceback.format_exception(failure.exception)), markup=False)
+        raise typer.Exit(result.exit_code)
 
 
 def _handle_signals(runner, stopping: threading.Event) -> None:
