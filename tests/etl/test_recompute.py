@@ -421,3 +421,34 @@ def test_a_root_whose_source_files_are_gone_is_refused_naming_them_before_anythi
     assert repeatable_read(chain) == one_by_one_latest(chain) == (2, False)
     (revision,) = chain.catalog.revisions()
     assert revision.state is RevisionState.DISCARDED
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.retention
+def test_maintenance_keeps_the_replaced_revision_for_time_travel_to_before_the_switch(
+    tmp_path, spark
+):
+    from datetime import timedelta
+
+    from etl.retention.maintain import maintain
+
+    chain = Chain(tmp_path)
+    chain.run_buggy(spark, WORDS)
+    before = datetime.now(UTC)
+    recompute(
+        chain.catalog,
+        chain.pipeline(factor=1),
+        spark,
+        RecomputeRequest(("word_counts",), downstream=True, reason="fix"),
+        warehouse=str(chain.warehouse),
+    )
+    # The old revision's files are in no version the current states name: only the states
+    # the switch replaced keep them from being vacuumed.
+    with snapshot(chain.catalog, TABLES, "repeatable-read", as_of_time=before) as snap:
+        old = snap.versions
+    current = {t: s.delta_version for t, s in chain.catalog.latest_written(TABLES).items()}
+    assert all(old[t] != current[t] for t in ("word_counts", "cnt_counts"))
+    maintain(chain.catalog, orphan_age=timedelta(0), min_files=1)
+    assert repeatable_read(chain, as_of_time=before) == (2, False)
+    assert repeatable_read(chain) == (1, False)
