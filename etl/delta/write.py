@@ -19,6 +19,7 @@ import json
 import logging
 import random
 import re
+import tempfile
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -248,23 +249,35 @@ def file_statistics(metadata: pq.FileMetaData, schema: pa.Schema) -> str:
 
 @dataclass(frozen=True)
 class _StagedFile:
-    """A file Spark committed to the staging directory, and where it goes in the table."""
+    """A file Spark committed to the staging directory (its path on the staging file
+    system), and where it goes in the table."""
 
     staged: str
     target: str
     partition_values: Mapping[str, str | None]
 
 
-def _place(fs: pafs.FileSystem, root: str, file: _StagedFile, schema: pa.Schema) -> DataFile | None:
-    """Move one staged file into the table directory; None (and deleted) when empty."""
-    source = f"{root}/{file.staged}"
-    metadata = pq.read_metadata(source, filesystem=fs)
+def _place(
+    staging_fs: pafs.FileSystem,
+    table: tuple[pafs.FileSystem, str],
+    file: _StagedFile,
+    schema: pa.Schema,
+) -> DataFile | None:
+    """Move one staged file into the table directory (``table``: its file system and
+    root), or copy it there from another file system; None (nothing placed) when empty."""
+    fs, root = table
+    metadata = pq.read_metadata(file.staged, filesystem=staging_fs)
     if metadata.num_rows == 0:
-        fs.delete_file(source)
+        staging_fs.delete_file(file.staged)
         return None
     target = f"{root}/{file.target}"
     fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-    fs.move(source, target)
+    if staging_fs is fs:
+        fs.move(file.staged, target)
+    else:
+        pafs.copy_files(
+            file.staged, target, source_filesystem=staging_fs, destination_filesystem=fs
+        )
     return DataFile(
         path=file.target,
         size=fs.get_file_info(target).size,
@@ -299,7 +312,10 @@ def write_files(
     computed (again) and Spark's own Parquet writer writes it into a private staging
     directory of the table (Spark's commit protocol: only files of successful task attempts
     survive), from which the driver moves the files into place; no data row reaches the
-    driver then.
+    driver then. Where Spark's Hadoop cannot reach the table's store (an object store
+    without S3A, :func:`etl.storage.spark_io`), a local Spark stages the files on this
+    machine's disk and the driver copies them to the store; on a cluster, Spark tasks
+    write them through Arrow's file system for the store.
 
     Partition columns must be strings, integers, booleans or dates; an empty string
     partition value is stored as null (Delta protocol, "Partition Value Serialization").
@@ -311,39 +327,81 @@ def write_files(
         rows = collect_small(df, collect_rows)
         if rows is not None:
             return write_arrow(rows, location, partition_by=partition_by, file_prefix=file_prefix)
-    if spark_io(df.sparkSession, location) == "arrow":
-        return _write_in_tasks(df, location, partition_by=partition_by, file_prefix=file_prefix)
     fs, root = filesystem(location)
     staging = f"{STAGING_PREFIX}{file_prefix}-{uuid.uuid4().hex}"
+    if spark_io(df.sparkSession, location) == "hadoop":
+        return _write_staged(
+            df,
+            _Staging(spark_dir=f"{location}/{staging}", fs=fs, directory=f"{root}/{staging}"),
+            (fs, root),
+            partition_by=partition_by,
+            file_prefix=file_prefix,
+        )
+    if not (df.sparkSession.sparkContext.master or "").startswith("local"):
+        return _write_in_tasks(df, location, partition_by=partition_by, file_prefix=file_prefix)
+    # Local Spark: its tasks run in this process's JVM, so they stage the files on this
+    # machine's disk with Spark's own writer; the driver copies them to the store.
+    with tempfile.TemporaryDirectory(prefix="delta-barrier-") as here:
+        directory = f"{here}/{staging}"
+        return _write_staged(
+            df,
+            _Staging(spark_dir=directory, fs=pafs.LocalFileSystem(), directory=directory),
+            (fs, root),
+            partition_by=partition_by,
+            file_prefix=file_prefix,
+        )
+
+
+@dataclass(frozen=True)
+class _Staging:
+    """Where Spark's writer stages a write: the directory as Spark names it, and as the
+    file system holding it does."""
+
+    spark_dir: str
+    fs: pafs.FileSystem
+    directory: str
+
+
+def _write_staged(
+    df: DataFrame,
+    staging: _Staging,
+    table: tuple[pafs.FileSystem, str],
+    *,
+    partition_by: tuple[str, ...],
+    file_prefix: str,
+) -> list[DataFile]:
+    """``df`` written by Spark's own Parquet writer into ``staging`` (Spark's commit
+    protocol keeps only the files of successful task attempts), then placed into the
+    table by the driver (moved, or copied from another file system); no data row reaches
+    the driver."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(df.schema, timezone="UTC")
-    session = df.sparkSession
     # Delta's `timestamp` is microseconds; Spark would otherwise write INT96.
-    session.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    df.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     try:
         df.write.partitionBy(*partition_by).parquet(
-            spark_location(f"{location}/{staging}"), compression="snappy"
+            spark_location(staging.spark_dir), compression="snappy"
         )
         staged = []
-        for info in fs.get_file_info(pafs.FileSelector(f"{root}/{staging}", recursive=True)):
-            relative = info.path[len(root) + len(staging) + 2 :]
+        for info in staging.fs.get_file_info(pafs.FileSelector(staging.directory, recursive=True)):
+            relative = info.path[len(staging.directory) + 1 :]
             *directories, name = relative.split("/")
             if not info.is_file or not name.endswith(".parquet") or name.startswith((".", "_")):
                 continue
             values = written_partition_values(directories, partition_by)
             staged.append(
                 _StagedFile(
-                    staged=f"{staging}/{relative}",
+                    staged=info.path,
                     target=_file_path(partition_by, values, file_prefix),
                     partition_values=values,
                 )
             )
         with ThreadPoolExecutor(max_workers=_PLACING_THREADS) as pool:
-            placed = list(pool.map(lambda file: _place(fs, root, file, schema), staged))
+            placed = list(pool.map(lambda f: _place(staging.fs, table, f, schema), staged))
     finally:
         with contextlib.suppress(OSError):
-            fs.delete_dir(f"{root}/{staging}")
+            staging.fs.delete_dir(staging.directory)
     return sorted((f for f in placed if f is not None), key=lambda f: f.path)
 
 
