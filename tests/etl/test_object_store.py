@@ -383,6 +383,7 @@ def test_a_file_source_on_an_s3_prefix_reads_csv_json_and_parquet_in_spark_tasks
     incoming = f"{s3_bucket}/formats"
     _put(incoming, "a.csv", b"id,name\n1,one\n2,two\n")
     _put(incoming, "a.json", b'{"id": 1, "name": "one"}\r\n{"id": 2, "name": "two"}')
+    _put(incoming, "b.json", b'[{"id": 1,\n  "name": "one"},\n {"id": 2, "name": "two"}]\n')
     buffer = pa.BufferOutputStream()
     pq.write_table(pa.table({"name": ["one", "two"], "id": pa.array([1, 2], pa.int64())}), buffer)
     _put(incoming, "a.parquet", buffer.getvalue().to_pybytes())
@@ -392,11 +393,20 @@ def test_a_file_source_on_an_s3_prefix_reads_csv_json_and_parquet_in_spark_tasks
             options={"header": "true"},
         ),
         "a.json": FileSource("json", path=incoming, format="json", schema="id LONG, name STRING"),
+        "b.json": FileSource(
+            "json", path=incoming, format="json", schema="id LONG, name STRING",
+            options={"multiLine": "true"},
+        ),
         "a.parquet": FileSource("parquet", path=incoming, format="parquet"),
     }  # fmt: skip
     for name, source in sources.items():
         rows = source.read(spark, {"files": [name]}, epoch=1).rows
         assert sorted((r["id"], r["name"]) for r in rows.collect()) == [(1, "one"), (2, "two")]
+    multiline_csv = FileSource(
+        "csv", path=incoming, format="csv", schema="id LONG", options={"multiLine": "True"}
+    )
+    with pytest.raises(SourceError, match="records must fit on one line"):
+        multiline_csv.read(spark, {"files": ["a.csv"]}, epoch=1)
 
 
 @pytest.mark.spark
