@@ -199,14 +199,10 @@ def catalog_state(catalog: Catalog) -> tuple:
     )
 
 
-def timed_etl(*args, cwd: Path, limit: float = 5.0):
-    """The command, in an environment without Java (no JVM can start), well under the
-    limit (about 1 s on an idle machine; the limit leaves room for a loaded CI box)."""
-    started = time.monotonic()
-    result = etl(*args, cwd=cwd, JAVA_HOME="/nonexistent", PATH="/usr/bin:/bin")
-    elapsed = time.monotonic() - started
-    assert elapsed < limit, f"{args[0]} took {elapsed:.1f} s: {result.stderr}"
-    return result
+def etl_without_java(*args, cwd: Path):
+    """The command, in an environment without Java: a refusal that answers at all answers
+    before any JVM starts (which is what makes it fast; no time is asserted)."""
+    return etl(*args, cwd=cwd, JAVA_HOME="/nonexistent", PATH="/usr/bin:/bin")
 
 
 @pytest.mark.slow
@@ -214,7 +210,7 @@ def test_cli_refusals_are_fast_and_write_nothing(tmp_path, drops):
     warehouse = tmp_path / "wh"
     file = chain(tmp_path, inputs='"lnes"')
     # No catalog yet: a refused run creates none.
-    result = timed_etl(
+    result = etl_without_java(
         "run", file, "--once", "--warehouse", warehouse, "--param", f"dir={drops}", cwd=tmp_path
     )
     assert result.returncode == 2, result.stderr
@@ -242,13 +238,13 @@ def test_cli_refusals_are_fast_and_write_nothing(tmp_path, drops):
     for case, (file, params, words) in cases.items():
         args = [a for p in params for a in ("--param", p)]
         for command in (["validate"], ["run", "--once"]):
-            result = timed_etl(
+            result = etl_without_java(
                 command[0], file, *command[1:], "--warehouse", warehouse, *args, cwd=tmp_path
             )
             assert result.returncode == 2, (case, command, result.stderr)
             assert words in result.stderr, (case, command, result.stderr)
             assert catalog_state(catalog) == before, (case, command)
-    ok = timed_etl(
+    ok = etl_without_java(
         "validate",
         chain(tmp_path),
         "--warehouse",
@@ -270,7 +266,7 @@ def test_cli_busy_pipeline_is_refused_before_spark_starts(tmp_path, drops):
     catalog.register_job(JobSpec(name="ingest", output="lines", source="drops"))
     catalog.acquire_lease("ingest", make_owner(), ttl_seconds=300)  # this live process
     before = catalog_state(catalog)
-    result = timed_etl(
+    result = etl_without_java(
         "run", file, "--once", "--warehouse", warehouse, "--param", f"dir={drops}", cwd=tmp_path
     )
     assert result.returncode == 3, result.stderr
@@ -285,10 +281,10 @@ def test_cli_refusals_on_postgresql_leave_the_catalog_as_it_was(tmp_path, drops,
     catalog.open_epoch()
     before = catalog_state(catalog)
     where = ("--catalog", postgres_url, "--param", f"dir={drops}")
-    bad = timed_etl("run", chain(tmp_path, inputs='"lnes"'), "--once", *where, cwd=tmp_path)
+    bad = etl_without_java("run", chain(tmp_path, inputs='"lnes"'), "--once", *where, cwd=tmp_path)
     assert bad.returncode == 2 and "did you mean 'lines'?" in bad.stderr, bad.stderr
     assert catalog_state(catalog) == before
     catalog.acquire_lease("ingest", make_owner(), ttl_seconds=300)
-    busy = timed_etl("run", chain(tmp_path), "--once", *where, cwd=tmp_path)
+    busy = etl_without_java("run", chain(tmp_path), "--once", *where, cwd=tmp_path)
     assert busy.returncode == 3 and "ingest" in busy.stderr, busy.stderr
     assert catalog_state(catalog) == before
