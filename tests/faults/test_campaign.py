@@ -5,8 +5,9 @@ on a file pipeline and a Kafka pipeline; each judged against a run without fault
 
 CI runs CI_SCENARIOS. A longer campaign: ``make faults SEEDS=40`` (or
 ``DELTA_BARRIER_FAULT_SEEDS=40``, ``=8-15``, ``=3,17``; one seed: ``=7,``), each seed on the
-warehouse it draws (a local directory, or an S3 prefix on the test's S3 server about one
-seed in four); ``STORE=s3|local|both`` (``DELTA_BARRIER_FAULT_STORE``) forces it. The summary line (scenarios,
+warehouse it draws (a local directory, or about one seed in four an S3 prefix on the
+test's S3 server); ``make faults STORE=s3`` (``local``, ``both``; or
+``DELTA_BARRIER_FAULT_STORE``) forces it. The summary line (scenarios,
 distinct fault schedules) is printed at the end of the session, and written with every
 scenario's details to ``$DELTA_BARRIER_FAULT_REPORT`` (default
 ``.pytest_cache/fault-campaign.json`` under the rootdir).
@@ -24,14 +25,17 @@ from tests.support.faults import pipelines as P
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.spark, pytest.mark.recovery]
 
-CI_SCENARIOS = [(4, "local"), (7, "local"), (179, "local"), (20, "s3"), (18, "s3")]
+CI_SCENARIOS = [(4, "local"), (7, "local"), (179, "local"), (80, "s3"), (18, "s3")]
 """(seed, store). On a local warehouse: files zombie on PostgreSQL (open-ahead backlog, late
 zombie), kafka job failure while epochs keep opening (rejects, block gate) on SQLite, and a
 kafka zombie race on PostgreSQL (both runners frozen before the rejects table's create in
-epoch 1, the superseded one woken first). On S3 with PostgreSQL: a files crash just after a
-log commit, and XX. See campaign.generate. With the pipelines' own quarantine gate and
-micro-batches. Sized for ~6 minutes of the faults marker on the shared 2-core machine;
-`make faults SEEDS=N` runs more."""
+epoch 1, the superseded one woken first). On S3 with PostgreSQL: a files crash just after
+the merge of epoch 2 into ``totals`` put its log entry (our log writer's conditional PUT),
+and a files zombie race in epoch 2 (the superseded runner frozen before its third commit,
+the quarantine table's, the new owner before its second; the superseded one woken first).
+See campaign.generate. With the pipelines' own quarantine gate and micro-batches. Sized
+for ~7 minutes of the faults marker on the shared 2-core machine; `make faults SEEDS=N`
+runs more."""
 SCENARIOS = C.scenarios_from_env(CI_SCENARIOS)
 REPORT_ENV = "DELTA_BARRIER_FAULT_REPORT"
 
