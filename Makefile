@@ -29,9 +29,13 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # The fault campaign (tests/faults): CI runs its fixed seed set; SEEDS=N runs seeds 0..N-1
-# (or SEEDS=a-b, SEEDS=a,b,c). The summary and every failure's seed and schedule are printed.
+# (or SEEDS=a-b, SEEDS=a,b,c), each on the warehouse its seed draws (a local directory, or
+# about one seed in four an S3 prefix on the test S3 server with a PostgreSQL catalog);
+# STORE=s3, STORE=local or STORE=both forces it. The summary and every failure's seed,
+# store and schedule are printed.
 faults: $(STAMP)
-	DELTA_BARRIER_FAULT_SEEDS=$(SEEDS) $(BIN)/python -m pytest -q -m faults tests/faults
+	DELTA_BARRIER_FAULT_SEEDS=$(SEEDS) DELTA_BARRIER_FAULT_STORE=$(STORE) \
+		$(BIN)/python -m pytest -q -m faults tests/faults
 
 lint: $(STAMP)
 	$(BIN)/ruff check catalog consistency etl tests bench examples

@@ -3,8 +3,11 @@ replay, zombies that wake up after a takeover, zombie races (the superseded runn
 new owner both frozen, then woken in either order), and failing jobs while epochs keep opening,
 on a file pipeline and a Kafka pipeline; each judged against a run without faults.
 
-CI runs CI_SEEDS. A longer campaign: ``make faults SEEDS=40`` (or
-``DELTA_BARRIER_FAULT_SEEDS=40``, ``=8-15``, ``=3,17``; one seed: ``=7,``). The summary line (scenarios,
+CI runs CI_SCENARIOS. A longer campaign: ``make faults SEEDS=40`` (or
+``DELTA_BARRIER_FAULT_SEEDS=40``, ``=8-15``, ``=3,17``; one seed: ``=7,``), each seed on the
+warehouse it draws (a local directory, or about one seed in four an S3 prefix on the
+test's S3 server); ``make faults STORE=s3`` (``local``, ``both``; or
+``DELTA_BARRIER_FAULT_STORE``) forces it. The summary line (scenarios,
 distinct fault schedules) is printed at the end of the session, and written with every
 scenario's details to ``$DELTA_BARRIER_FAULT_REPORT`` (default
 ``.pytest_cache/fault-campaign.json`` under the rootdir).
@@ -22,14 +25,18 @@ from tests.support.faults import pipelines as P
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.spark, pytest.mark.recovery]
 
-CI_SEEDS = [4, 7, 179]
-"""files zombie on PostgreSQL (open-ahead backlog, late zombie), kafka job failure while
-epochs keep opening (rejects, block gate) on SQLite, and a kafka zombie race on PostgreSQL
-(both runners frozen before the rejects table's create in epoch 1, the superseded one woken
-first); see campaign.generate. With the pipelines' own quarantine gate and micro-batches.
-Sized for ~5 minutes of the faults marker on the shared 2-core machine; `make faults
-SEEDS=N` runs more."""
-SEEDS = C.seeds_from_env(CI_SEEDS)
+CI_SCENARIOS = [(4, "local"), (7, "local"), (179, "local"), (80, "s3"), (18, "s3")]
+"""(seed, store). On a local warehouse: files zombie on PostgreSQL (open-ahead backlog, late
+zombie), kafka job failure while epochs keep opening (rejects, block gate) on SQLite, and a
+kafka zombie race on PostgreSQL (both runners frozen before the rejects table's create in
+epoch 1, the superseded one woken first). On S3 with PostgreSQL: a files crash just after
+the merge of epoch 2 into ``totals`` put its log entry (our log writer's conditional PUT),
+and a files zombie race in epoch 2 (the superseded runner frozen before its third commit,
+the quarantine table's, the new owner before its second; the superseded one woken first).
+See campaign.generate. With the pipelines' own quarantine gate and micro-batches. Sized
+for ~7 minutes of the faults marker on the shared 2-core machine; `make faults SEEDS=N`
+runs more."""
+SCENARIOS = C.scenarios_from_env(CI_SCENARIOS)
 REPORT_ENV = "DELTA_BARRIER_FAULT_REPORT"
 
 
@@ -80,20 +87,35 @@ def test_the_reference_run_accounts_for_every_input(kind, references):
     assert not reference.invariants, reference.invariants
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+def _param(seed: int, store: str | None):
+    on_s3 = C.generate(seed, store).store == "s3"
+    return pytest.param(
+        seed,
+        store,
+        id=f"{seed}-{store or 'drawn'}",
+        marks=[pytest.mark.s3, pytest.mark.postgres] if on_s3 else [],
+    )
+
+
+@pytest.mark.parametrize(("seed", "store"), [_param(seed, store) for seed, store in SCENARIOS])
 def test_fault_scenario_matches_the_run_without_faults(
-    seed, spark, references, outcomes, tmp_path, request
+    seed, store, spark, references, outcomes, tmp_path, request
 ):
-    scenario = C.generate(seed)
+    scenario = C.generate(seed, store)
     reference = references(scenario.kind)
     broker, producer = _kafka(request) if scenario.kind == "kafka" else (None, None)
     # A zombie is a process frozen at any instant, possibly inside a catalog transaction.
     # SQLite has no server to end a frozen holder's transaction, so other processes wait
     # until it wakes or dies (the README says so: several processes share PostgreSQL);
     # PostgreSQL ends it (idle_in_transaction_session_timeout) and takeover goes on. So
-    # zombies run on PostgreSQL; the other scenarios on the catalog their seed draws.
+    # zombies run on PostgreSQL; the other scenarios on the catalog their seed draws (on
+    # PostgreSQL for an S3 warehouse). The reference ran on local disk: the content of the
+    # tables does not depend on where their files are.
     catalog_url = (
         request.getfixturevalue("postgres_url") if scenario.catalog == "postgres" else None
+    )
+    warehouse_url = (
+        f"{request.getfixturevalue('s3_bucket')}/warehouse" if scenario.store == "s3" else None
     )
     outcome = C.play(
         spark,
@@ -103,6 +125,7 @@ def test_fault_scenario_matches_the_run_without_faults(
         broker=broker,
         producer=producer,
         catalog_url=catalog_url,
+        warehouse_url=warehouse_url,
     )
     outcomes.append(outcome)
     print(outcome.report())

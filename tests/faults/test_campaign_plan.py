@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from etl.faults import FAULT_POINTS, parse_faults
@@ -64,3 +66,36 @@ def test_a_new_fault_point_is_exercised_without_code_changes(monkeypatch):
 def test_seeds_from_the_environment(monkeypatch, text, seeds):
     monkeypatch.setenv(C.SEEDS_ENV, text)
     assert C.seeds_from_env([0, 1]) == seeds
+
+
+def test_seeds_draw_their_store_and_an_s3_warehouse_has_a_postgresql_catalog():
+    scenarios = [C.generate(seed) for seed in range(40)]
+    assert {s.store for s in scenarios} == set(C.STORES)
+    assert all(s.catalog == "postgres" for s in scenarios if s.store == "s3")
+    forced = C.generate(7, "s3")
+    assert (forced.store, forced.catalog) == ("s3", "postgres")
+    assert replace(forced, store="local", catalog="sqlite") == C.generate(7, "local")
+    with pytest.raises(ValueError, match="store 'gcs'"):
+        C.generate(7, "gcs")
+
+
+@pytest.mark.parametrize(
+    ("seeds", "store", "scenarios"),
+    [
+        ("", "", [(4, "local"), (20, "s3")]),
+        ("", "s3", [(4, "s3"), (20, "s3")]),
+        ("3,", "", [(3, None)]),
+        ("3,", "both", [(3, "local"), (3, "s3")]),
+        ("2", "local", [(0, "local"), (1, "local")]),
+    ],
+)
+def test_scenarios_from_the_environment(monkeypatch, seeds, store, scenarios):
+    monkeypatch.setenv(C.SEEDS_ENV, seeds)
+    monkeypatch.setenv(C.STORE_ENV, store)
+    assert C.scenarios_from_env([(4, "local"), (20, "s3")]) == scenarios
+
+
+def test_an_unknown_store_in_the_environment_is_refused(monkeypatch):
+    monkeypatch.setenv(C.STORE_ENV, "gcs")
+    with pytest.raises(ValueError, match="DELTA_BARRIER_FAULT_STORE='gcs'"):
+        C.stores_from_env()

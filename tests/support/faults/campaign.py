@@ -18,7 +18,9 @@ A scenario (one seed) picks a pipeline (``files`` or ``kafka``, see
   commit to a table that does not exist yet, must neither lose nor duplicate a row.
 
 Zombie scenarios run on PostgreSQL (a frozen process may hold a SQLite catalog's lock);
-the others on SQLite or PostgreSQL, drawn from the seed.
+the others on SQLite or PostgreSQL, drawn from the seed. The warehouse is a local directory
+or an ``s3://bucket/prefix`` on the test's S3 server (then the catalog is PostgreSQL, as for
+any URL warehouse), drawn from the seed or forced by ``DELTA_BARRIER_FAULT_STORE``.
 
 Epoch k's inputs are put in place, then epoch k is opened (an explicit barrier), so every
 run sees the same slices as the reference run without faults. Fault points come from
@@ -62,6 +64,10 @@ CHILD = Path(__file__).with_name("child.py")
 INJECTIONS = ("crash", "double_crash", "zombie", "job_failure", "zombie_race")
 ZOMBIE_INJECTIONS = ("zombie", "zombie_race")
 CATALOGS = ("sqlite", "postgres")
+STORES = ("local", "s3")
+S3_SHARE = 0.25
+"""How often a seed draws an S3 warehouse (unless DELTA_BARRIER_FAULT_STORE forces one)."""
+STORE_ENV = "DELTA_BARRIER_FAULT_STORE"
 CHILD_LEASE_TTL = 1.0
 TAKEOVER_WAIT = CHILD_LEASE_TTL + 0.5
 CHILD_TIMEOUT = 420
@@ -107,6 +113,8 @@ class Scenario:
     backlog (coalescing, BACKLOG_THRESHOLD) instead of one epoch at a time."""
     late_zombie: bool = False
     catalog: str = "sqlite"
+    store: str = "local"
+    """Where the warehouse is: ``local`` (a directory) or ``s3`` (a prefix on the S3 server)."""
     zombie_first: bool = True
     """zombie_race: wake the superseded runner before the new owner (else after it)."""
 
@@ -124,7 +132,10 @@ class Scenario:
         if self.injection == "zombie_race":
             extra += " zombie-woken-first" if self.zombie_first else " owner-woken-first"
         faults = "; ".join(f.spec for f in self.faults)
-        return f"seed {self.seed}: {self.kind} {self.injection} [{faults}]{extra} ({self.catalog})"
+        return (
+            f"seed {self.seed}: {self.kind} {self.injection} [{faults}]{extra} "
+            f"({self.catalog}, {self.store})"
+        )
 
 
 def _pick_fault(rng: random.Random, kind: str, action: str, epoch: int | None = None) -> Fault:
@@ -142,9 +153,22 @@ def _pick_fault(rng: random.Random, kind: str, action: str, epoch: int | None = 
     return Fault(action, point, job, epoch, nth)
 
 
-def generate(seed: int) -> Scenario:
-    """The scenario of a seed. Pipeline and injection cycle with the seed (8 consecutive
-    seeds cover every pair); point, job, epoch and count are drawn from the seed."""
+def generate(seed: int, store: str | None = None) -> Scenario:
+    """The scenario of a seed. Pipeline and injection cycle with the seed (10 consecutive
+    seeds cover every pair); point, job, epoch and count are drawn from the seed, and so is
+    the store unless ``store`` forces it. An S3 warehouse has its catalog on PostgreSQL."""
+    scenario = _generate(seed)
+    if store is None:
+        draw = random.Random(f"delta-barrier-faults-store-{seed}").random()
+        store = "s3" if draw < S3_SHARE else "local"
+    if store not in STORES:
+        raise ValueError(f"store {store!r}: use one of {STORES}")
+    if store == "s3":
+        return replace(scenario, store=store, catalog="postgres")
+    return scenario
+
+
+def _generate(seed: int) -> Scenario:
     rng = random.Random(f"delta-barrier-faults-{seed}")
     kind = P.KINDS[seed % len(P.KINDS)]
     injection = INJECTIONS[(seed // len(P.KINDS)) % len(INJECTIONS)]
@@ -209,6 +233,31 @@ def generate(seed: int) -> Scenario:
             nth = rng.choice((1, 1, 2, 3))
         faults += (Fault("crash", point, first.job, first.epoch, nth),)
     return Scenario(seed, kind, injection, faults, open_ahead=open_ahead, catalog=catalog)
+
+
+def stores_from_env() -> tuple[str | None, ...]:
+    """``DELTA_BARRIER_FAULT_STORE``: ``local`` or ``s3`` forces every seed's warehouse,
+    ``both`` plays each seed on both; unset (or ``seed``): the seed's own draw (None)."""
+    text = os.environ.get(STORE_ENV, "").strip().lower()
+    if text in ("", "seed"):
+        return (None,)
+    if text == "both":
+        return STORES
+    if text in STORES:
+        return (text,)
+    raise ValueError(f"{STORE_ENV}={text!r}: use local, s3, both or seed")
+
+
+def scenarios_from_env(
+    default: list[tuple[int, str | None]],
+) -> list[tuple[int, str | None]]:
+    """The (seed, store) pairs to play: ``default`` unless the environment names seeds or a
+    store (then every seed, by default those of ``default``, on each store it names)."""
+    stores = stores_from_env()
+    if not os.environ.get(SEEDS_ENV, "").strip() and stores == (None,):
+        return list(default)
+    seeds = seeds_from_env(list(dict.fromkeys(seed for seed, _ in default)))
+    return [(seed, store) for seed in seeds for store in stores]
 
 
 def seeds_from_env(default: list[int]) -> list[int]:
@@ -395,8 +444,8 @@ class Outcome:
         lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  FAIL: {f}" for f in self.failures]
         lines.append(
-            f"  reproduce: {SEEDS_ENV}={self.scenario.seed}, .venv/bin/python -m pytest "
-            "tests/faults/test_campaign.py -m faults"
+            f"  reproduce: {SEEDS_ENV}={self.scenario.seed}, {STORE_ENV}={self.scenario.store} "
+            ".venv/bin/python -m pytest tests/faults/test_campaign.py -m faults"
         )
         return "\n".join(lines)
 
@@ -418,7 +467,15 @@ class Driver:
     """Plays one scenario (or the reference, with ``scenario=None``) in ``root``."""
 
     def __init__(
-        self, spark, root: Path, kind: str, *, broker=None, producer=None, catalog_url=None
+        self,
+        spark,
+        root: Path,
+        kind: str,
+        *,
+        broker=None,
+        producer=None,
+        catalog_url=None,
+        warehouse_url=None,
     ):
         self.spark = spark
         topic = None
@@ -431,6 +488,7 @@ class Driver:
             bootstrap=broker.bootstrap_servers if broker else None,
             topic=topic,
             catalog_url=catalog_url,
+            warehouse_url=warehouse_url,
         )
         self.catalog = self.config.open_catalog()
         self.inputs = P.Inputs(self.config, producer)
@@ -796,12 +854,19 @@ def play(
     broker=None,
     producer=None,
     catalog_url: str | None = None,
+    warehouse_url: str | None = None,
 ) -> Outcome:
     """Play one scenario end to end and judge it; never raises for a finding."""
     outcome = Outcome(scenario)
     start = time.monotonic()
     driver = Driver(
-        spark, root, scenario.kind, broker=broker, producer=producer, catalog_url=catalog_url
+        spark,
+        root,
+        scenario.kind,
+        broker=broker,
+        producer=producer,
+        catalog_url=catalog_url,
+        warehouse_url=warehouse_url,
     )
     reader = ReaderThread(driver.config, reference)
     reader.start()

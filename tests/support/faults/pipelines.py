@@ -64,6 +64,9 @@ class Config:
     topic: str | None = None
     catalog_url: str | None = None
     """None: the embedded SQLite catalog in the warehouse."""
+    warehouse_url: str | None = None
+    """An object-store warehouse (``s3://bucket/prefix``); None: ``<root>/warehouse``.
+    Inputs and failure markers stay under ``root`` either way."""
 
     def open_catalog(self) -> Catalog:
         return load_catalog(self.catalog_url, warehouse=self.warehouse)
@@ -76,8 +79,8 @@ class Config:
         return Config(**json.loads(text))
 
     @property
-    def warehouse(self) -> Path:
-        return Path(self.root) / "warehouse"
+    def warehouse(self) -> str:
+        return self.warehouse_url or str(Path(self.root) / "warehouse")
 
     @property
     def incoming(self) -> Path:
@@ -232,7 +235,7 @@ def make_runner(
     runner = Runner(
         build(config, strict=strict),
         catalog=catalog,
-        warehouse=str(config.warehouse),
+        warehouse=config.warehouse,
         spark=spark,
         lease_ttl_seconds=lease_ttl_seconds,
         backlog_threshold=BACKLOG_THRESHOLD,
