@@ -275,6 +275,52 @@ def source_and_feeder(
     raise SystemExit(f"DB_BENCH_SOURCE={kind!r}: say 'file' or 'kafka'")
 
 
+class ContinuousRun(threading.Thread):
+    """``runner.run_continuous`` in a thread; :meth:`finish` stops it, waits for it to
+    finish the epochs it issued, and returns its result (raising if it failed)."""
+
+    def __init__(self, runner, *, interval: float):
+        super().__init__(name="runner", daemon=True)
+        self.runner = runner
+        self.interval = interval
+        self.stop_event = threading.Event()
+        self._outcome: dict[str, object] = {}
+        self.finished_at: float | None = None
+
+    def run(self) -> None:
+        try:
+            self._outcome["result"] = self.runner.run_continuous(
+                epoch_interval=self.interval, stop=self.stop_event
+            )
+        except BaseException as exc:  # noqa: BLE001 - raised by finish()
+            self._outcome["error"] = exc
+
+    def finish(self):
+        self.stop_event.set()
+        self.join()
+        self.finished_at = time.time()
+        if "error" in self._outcome:
+            raise RuntimeError("the runner failed") from self._outcome["error"]  # type: ignore[misc]
+        result = self._outcome["result"]
+        failures = getattr(result, "failures", ())
+        if failures:
+            raise RuntimeError(f"jobs failed: {failures}")
+        return result
+
+
+def finish(feeder: Feeder, driver: ContinuousRun, probe: Probe):
+    """Stop feeding, let the run finish its issued epochs, give the probe time to see the
+    last cut, stop it; the run's result."""
+    feeder.stop_event.set()
+    try:
+        return driver.finish()
+    finally:
+        time.sleep(max(0.5, 3 * probe.interval))
+        probe.stop_event.set()
+        probe.join()
+        feeder.join()
+
+
 class Probe(threading.Thread):
     """Resolves repeatable-read snapshots of ``tables`` in a loop with its own catalog and
     records when each epoch first became visible (wall-clock seconds)."""
@@ -639,17 +685,8 @@ def main() -> None:
             f"{backlog_threshold_for(runner.backlog_threshold, continuous=True)}"
         )
         batches.observe_starts(runner)
-        stop = threading.Event()
-        outcome: dict[str, object] = {}
-
-        def drive() -> None:
-            try:
-                outcome["result"] = runner.run_continuous(epoch_interval=interval, stop=stop)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                outcome["error"] = exc
-
         probe = Probe(warehouse, names, interval=probe_interval)
-        driver = threading.Thread(target=drive, name="runner", daemon=True)
+        driver = ContinuousRun(runner, interval=interval)
         with LoadSampler() as load:
             feeder.start()
             driver.start()
@@ -658,20 +695,8 @@ def main() -> None:
             window_start = time.time()
             time.sleep(seconds)
             window_end = time.time()
-            stop.set()
-            feeder.stop_event.set()
-            driver.join()
-            drained = time.time() - window_end
-            time.sleep(max(0.5, 3 * probe_interval))
-            probe.stop_event.set()
-            probe.join()
-            feeder.join()
-        if "error" in outcome:
-            raise RuntimeError("the runner failed") from outcome["error"]
-        result = outcome["result"]
-        failures = getattr(result, "failures", ())
-        if failures:
-            raise RuntimeError(f"jobs failed: {failures}")
+            finish(feeder, driver, probe)
+            drained = (driver.finished_at or window_end) - window_end
         print(
             f"fed {feeder.rows} rows in {feeder.ticks} {feeder.unit} ({feeder.late} late "
             f"ticks); "

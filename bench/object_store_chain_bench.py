@@ -22,7 +22,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from contextlib import ExitStack
@@ -39,8 +38,10 @@ from bench._common import (
     tree_cpu,
 )
 from bench.freshness_bench import (
+    ContinuousRun,
     Probe,
     build_pipeline,
+    finish,
     freshness_line,
     source_and_feeder,
     visible_after_barrier,
@@ -70,17 +71,8 @@ def _chain(spark, warehouse: str, catalog_url: str | None, *, warmup: float, sec
         pipeline, names = build_pipeline(source, 10)
         catalog = load_catalog(catalog_url, warehouse=warehouse)
         runner = Runner(pipeline, catalog=catalog, warehouse=warehouse, spark=spark)
-        stop = threading.Event()
-        outcome: dict[str, object] = {}
-
-        def drive() -> None:
-            try:
-                outcome["result"] = runner.run_continuous(epoch_interval=1.0, stop=stop)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                outcome["error"] = exc
-
         probe = Probe(warehouse, names, interval=0.1, catalog_url=catalog_url)
-        driver = threading.Thread(target=drive, name="runner", daemon=True)
+        driver = ContinuousRun(runner, interval=1.0)
         feeder.start()
         driver.start()
         probe.start()
@@ -89,17 +81,7 @@ def _chain(spark, warehouse: str, catalog_url: str | None, *, warmup: float, sec
         cpu_before = tree_cpu()
         time.sleep(seconds)
         cpu = cpu_between(cpu_before, tree_cpu())
-        stop.set()
-        feeder.stop_event.set()
-        driver.join()
-        time.sleep(0.5)
-        probe.stop_event.set()
-        probe.join()
-        feeder.join()
-        if "error" in outcome:
-            raise RuntimeError("the run failed") from outcome["error"]  # type: ignore[arg-type]
-        if getattr(outcome["result"], "failures", ()):
-            raise RuntimeError(f"jobs failed: {outcome['result']}")
+        finish(feeder, driver, probe)
         seconds_seen = visible_after_barrier(catalog, probe, window)
         catalog.close()
         return seconds_seen, cpu

@@ -33,8 +33,10 @@ from bench._common import LoadSampler, env_float, env_int, load_average, median,
 from bench.freshness_bench import (
     CHAIN,
     ROOT_TABLE,
+    ContinuousRun,
     Probe,
     build_pipeline,
+    finish,
     freshness_line,
     source_and_feeder,
     visible_after_barrier,
@@ -96,15 +98,7 @@ def main() -> None:
         _with_side_branch(pipeline)
         catalog = load_catalog(None, warehouse=warehouse)
         runner = Runner(pipeline, catalog=catalog, warehouse=str(warehouse), spark=spark)
-        stop = threading.Event()
-        outcome: dict[str, object] = {}
-
-        def drive() -> None:
-            try:
-                outcome["result"] = runner.run_continuous(epoch_interval=1.0, stop=stop)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                outcome["error"] = exc
-
+        outcome: dict[str, BaseException] = {}
         recomputes: list[tuple[float, int]] = []
         recomputing = threading.Event()
 
@@ -130,7 +124,7 @@ def main() -> None:
                 own.close()
 
         probe = Probe(warehouse, names, interval=0.1)
-        driver = threading.Thread(target=drive, name="runner", daemon=True)
+        driver = ContinuousRun(runner, interval=1.0)
         recomputer = threading.Thread(target=recompute_in_a_loop, name="recompute", daemon=True)
         with LoadSampler() as load:
             feeder.start()
@@ -145,19 +139,9 @@ def main() -> None:
             time.sleep(seconds)
             recomputing.clear()
             recomputer.join()
-            stop.set()
-            feeder.stop_event.set()
-            driver.join()
-            time.sleep(0.5)
-            probe.stop_event.set()
-            probe.join()
-            feeder.join()
-        for key in ("error", "recompute error"):
-            if key in outcome:
-                raise RuntimeError(f"the {key.split()[0]} failed") from outcome[key]  # type: ignore[arg-type]
-        failures = getattr(outcome["result"], "failures", ())
-        if failures:
-            raise RuntimeError(f"jobs failed: {failures}")
+            finish(feeder, driver, probe)
+        if "recompute error" in outcome:
+            raise RuntimeError("the recompute failed") from outcome["recompute error"]
         quiet = visible_after_barrier(catalog, probe, before)
         busy = visible_after_barrier(catalog, probe, during)
         print(f"freshness of the {tables} tables outside the recompute (repeatable read):")

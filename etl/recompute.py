@@ -445,18 +445,7 @@ class _Build:
             session, location, version=version, first_epoch=batch.first, last_epoch=batch.last
         )
         outcome = run_gate(session, gate, rows, epoch=batch.last)
-        self.validations.append(
-            (
-                job.name,
-                ValidationRecord(
-                    table=job.output,
-                    epoch=batch.last,
-                    success=not outcome.failed_expectations,
-                    policy=gate.policy,
-                    results=outcome.summary(),
-                ),
-            )
-        )
+        self.validations.append((job.name, outcome.record()))
         if not outcome.success:
             raise RecomputeError(
                 f"revision {self.revision.id} of {job.output!r} fails its quality gate at "

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from catalog import ValidationRecord
 from consistency import META_JOB, META_ROLLBACK_OF
 from etl.delta import read_epochs, restore_table, table_version
 from etl.engine.commit import BatchWrite, EpochWriter, current_version
@@ -64,18 +63,7 @@ def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditV
     )
     outcome = run_gate(session, gate, rows, epoch=batch.last)
     writer.check_lease()
-    catalog.record_validation(
-        ValidationRecord(
-            table=job.output,
-            epoch=batch.last,
-            # Whether every expectation passed, not whether the policy let the epoch through.
-            success=not outcome.failed_expectations,
-            policy=gate.policy,
-            results=outcome.summary(),
-        ),
-        job=job.name,
-        generation=writer.lease.generation,
-    )
+    catalog.record_validation(outcome.record(), job=job.name, generation=writer.lease.generation)
     if not outcome.success:
         written = _with_quarantine_table(writer, gate, rows, written)
         return AuditVerdict(written, blocked_reason=outcome.blocked_reason)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from catalog import ValidationRecord
 from etl.delta.log import EPOCH_COLUMN
 from etl.errors import ExpectationError, QualityError, QuarantineMismatchError
 from etl.quality.gate import Check, Policy, QualityGate
@@ -90,6 +91,17 @@ class GateOutcome:
         return (
             f"quality gate ({self.policy}) of table {self.table!r} epoch {self.epoch}: "
             f"{len(self.blocking)} expectation(s) failed: {'; '.join(self.blocking)}"
+        )
+
+    def record(self) -> ValidationRecord:
+        """The verdict as the catalog keeps it per (table, epoch)."""
+        return ValidationRecord(
+            table=self.table,
+            epoch=self.epoch,
+            # Whether every expectation passed, not whether the policy let the epoch through.
+            success=not self.failed_expectations,
+            policy=self.policy,
+            results=self.summary(),
         )
 
     def summary(self) -> dict[str, Any]:

@@ -107,6 +107,16 @@ class Chain:
             (self.incoming / f"{index}.txt").write_text("\n".join(words) + "\n")
             assert runner.run_once().exit_code == 0
 
+    def recompute_here(self, spark, table: str = "word_counts", *, factor: int = 1, **params):
+        """``table`` and everything downstream recomputed in this process (API, not CLI)."""
+        return recompute(
+            self.catalog,
+            self.pipeline(factor=factor, **params),
+            spark,
+            RecomputeRequest((table,), downstream=True, reason=f"factor {factor}"),
+            warehouse=str(self.warehouse),
+        )
+
     def recompute(self, *extra: str, **env: str):
         return etl(
             "recompute", "word_counts", "--downstream", "--pipeline", self.file,
@@ -176,20 +186,11 @@ def test_a_gated_table_is_audited_in_the_revision_a_failing_one_never_switched(t
     quarantine = chain.catalog.get_table("word_counts_quarantine").location
     assert sorted(r["word"] for r in _rows(quarantine, None)) == ["a", "a", "b"]
 
-    def recompute_with(factor: int, gate: str):
-        return recompute(
-            chain.catalog,
-            chain.pipeline(factor=factor, gate=gate),
-            spark,
-            RecomputeRequest(("word_counts",), downstream=True, reason=f"x{factor} {gate}"),
-            warehouse=str(chain.warehouse),
-        )
-
     with pytest.raises(RecomputeError, match=r"'word_counts' fails its quality gate"):
-        recompute_with(5, "block")  # every count above MAX_CNT
+        chain.recompute_here(spark, factor=5, gate="block")  # every count above MAX_CNT
     assert [r.state for r in chain.catalog.revisions()] == [RevisionState.DISCARDED]
 
-    recompute_with(1, "quarantine")
+    chain.recompute_here(spark, factor=1, gate="quarantine")
     with snapshot(chain.catalog, [*TABLES, "word_counts_quarantine"], "repeatable-read") as snap:
         counts = _rows(chain.location("word_counts"), snap.versions["word_counts"])
         quarantined = _rows(quarantine, snap.versions["word_counts_quarantine"])
@@ -199,7 +200,9 @@ def test_a_gated_table_is_audited_in_the_revision_a_failing_one_never_switched(t
         v for v in chain.catalog.validations("word_counts") if v.epoch == 2 and v.success
     ]
 
-    recompute_with(2, "quarantine")  # the bug again: the revision quarantines a and b
+    chain.recompute_here(
+        spark, factor=2, gate="quarantine"
+    )  # the bug again: the revision quarantines a and b
     with snapshot(chain.catalog, [*TABLES, "word_counts_quarantine"], "repeatable-read") as snap:
         counts = _rows(chain.location("word_counts"), snap.versions["word_counts"])
         quarantined = _rows(quarantine, snap.versions["word_counts_quarantine"])
@@ -326,13 +329,7 @@ def test_a_recompute_from_the_first_epoch_changes_a_type_delta_cannot_widen(tmp_
     chain = Chain(tmp_path)
     chain.run_buggy(spark, WORDS)
     before = datetime.now(UTC)
-    result = recompute(
-        chain.catalog,
-        chain.pipeline(factor=1, cnt_type="string"),
-        spark,
-        RecomputeRequest(("word_counts",), downstream=True, reason="cnt as text"),
-        warehouse=str(chain.warehouse),
-    )
+    result = chain.recompute_here(spark, cnt_type="string")
     assert [(t.table, t.batches) for t in result.tables] == [
         ("word_counts", ((1, 2),)),
         ("cnt_counts", ((1, 2),)),
@@ -403,13 +400,7 @@ def test_a_root_whose_source_files_are_gone_is_refused_naming_them_before_anythi
     before = {t: sorted(map(str, _rows(chain.location(t), None))) for t in TABLES}
     (chain.incoming / "1.txt").unlink()
     with pytest.raises(RecomputeError) as refused:
-        recompute(
-            chain.catalog,
-            chain.pipeline(factor=1),
-            spark,
-            RecomputeRequest(("words",), downstream=True, reason="replay"),
-            warehouse=str(chain.warehouse),
-        )
+        chain.recompute_here(spark, "words")
     message = str(refused.value)
     assert "cannot recompute words" in message and "1.txt" in message, message
     assert "epoch 2" in message and "Nothing was changed" in message, message
@@ -436,13 +427,7 @@ def test_maintenance_keeps_the_replaced_revision_for_time_travel_to_before_the_s
     chain = Chain(tmp_path)
     chain.run_buggy(spark, WORDS)
     before = datetime.now(UTC)
-    recompute(
-        chain.catalog,
-        chain.pipeline(factor=1),
-        spark,
-        RecomputeRequest(("word_counts",), downstream=True, reason="fix"),
-        warehouse=str(chain.warehouse),
-    )
+    chain.recompute_here(spark)
     # The old revision's files are in no version the current states name: only the states
     # the switch replaced keep them from being vacuumed.
     with snapshot(chain.catalog, TABLES, "repeatable-read", as_of_time=before) as snap:
