@@ -42,6 +42,7 @@ from etl.retention.maintain import maintain
 from etl.storage import check_conditional_writes, put_if_absent, storage_options
 from examples.wordcount.pipeline import build
 from tests.support.cli_runner import REPO, etl
+from tests.support.notebooks import NOTEBOOKS, run_notebook
 from tests.support.retention_env import BASE, Env
 from tests.support.wordcount_env import make_chain
 
@@ -446,7 +447,14 @@ def _shop_orders(first: int, count: int) -> list[bytes]:
 @pytest.mark.spark
 @pytest.mark.kafka
 def test_the_shop_chain_from_kafka_on_s3_equals_it_on_local_disk_at_every_level_in_every_engine(
-    tmp_path, spark, s3_bucket, postgres_url, kafka_bootstrap, kafka_topic, kafka_produce
+    tmp_path,
+    spark,
+    s3_bucket,
+    postgres_url,
+    kafka_bootstrap,
+    kafka_topic,
+    kafka_produce,
+    monkeypatch,
 ):
     """The shop chain (Kafka ingest with a rejects side output, an append, a merge, an
     overwrite) run by ``etl run`` into a bucket with PostgreSQL, and by a runner on local
@@ -493,3 +501,10 @@ def test_the_shop_chain_from_kafka_on_s3_equals_it_on_local_disk_at_every_level_
     assert rejects == (1,)
     for output in (ran.stdout, ran.stderr):
         assert os.environ["AWS_SECRET_ACCESS_KEY"] not in output
+
+    # The notebook explores the warehouse on S3 as it explores the demo's on local disk.
+    monkeypatch.setenv("ETL_WAREHOUSE", warehouse)
+    monkeypatch.setenv("ETL_CATALOG_URL", postgres_url)
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    for notebook in NOTEBOOKS:
+        run_notebook(notebook)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
+from tests.support.notebooks import NOTEBOOKS, run_notebook
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +26,6 @@ def test_notebook_is_saved_without_outputs(path):
 def test_notebook_runs_top_to_bottom(path, demo_run, monkeypatch):
     assert demo_run.returncode == 0, demo_run.explain()
     monkeypatch.setenv("ETL_WAREHOUSE", str(demo_run.warehouse))
+    monkeypatch.delenv("ETL_CATALOG_URL", raising=False)
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
-    notebook = nbformat.read(path, as_version=4)
-    # "python3" is this interpreter (jupyter_client maps it to sys.executable); the
-    # user-wide "delta-barrier" kernel may belong to another checkout.
-    client = NotebookClient(
-        notebook,
-        kernel_name="python3",
-        timeout=240,
-        resources={"metadata": {"path": str(path.parent)}},
-    )
-    client.execute()  # raises CellExecutionError, naming the cell, if a cell fails
+    run_notebook(path)
