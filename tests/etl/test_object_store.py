@@ -41,7 +41,7 @@ from etl.errors import SourceError, StorageError
 from etl.retention.maintain import maintain
 from etl.storage import check_conditional_writes, put_if_absent, storage_options
 from examples.wordcount.pipeline import build
-from tests.support.cli_runner import REPO, etl
+from tests.support.cli_runner import REPO, etl, etl_here
 from tests.support.notebooks import NOTEBOOKS, run_notebook
 from tests.support.retention_env import BASE, Env
 from tests.support.wordcount_env import make_chain
@@ -214,6 +214,12 @@ def test_the_word_count_chain_on_s3_equals_it_on_local_disk_at_every_level_in_ev
     )  # fmt: skip
     assert sql.returncode == 0, sql.stderr
     assert json.loads(sql.stdout) == [{"cnt": 1, "words": 2}, {"cnt": 2, "words": 2}]
+    on_spark = etl_here(
+        "sql", "SELECT cnt, words FROM cnt_counts ORDER BY cnt", "--engine", "spark",
+        "--format", "json", *where, cwd=tmp_path,
+    )  # fmt: skip
+    assert on_spark.returncode == 0, on_spark.stderr
+    assert json.loads(on_spark.stdout) == json.loads(sql.stdout)
     cut = etl("snapshot", *CHAIN, "--format", "json", *where, cwd=tmp_path)
     assert cut.returncode == 0, cut.stderr
     assert json.loads(cut.stdout)["object_store"]["endpoint"] == os.environ["AWS_ENDPOINT_URL"]

@@ -77,8 +77,9 @@ def etl_here(*args: str | Path, cwd: Path, **env: str) -> subprocess.CompletedPr
     # captured output has no colours, as in a subprocess with pipes, and COLUMNS sets the
     # width as it does at a process's start.
     saved_consoles = {console: (console._color_system, console._width) for console in (out, err)}
+    environment = _env(**env)  # from this process's environment, before it is replaced
     os.environ.clear()
-    os.environ.update(_env(**env))
+    os.environ.update(environment)
     sys.argv = ["etl", *map(str, args)]
     try:
         for console in saved_consoles:
