@@ -36,6 +36,19 @@ TINY = {
         "DB_BENCH_OPENS": "1",
     },
     "takeover": {"DB_BENCH_ROUNDS": "1"},
+    "throughput": {
+        "DB_BENCH_RATES": "50,100",
+        "DB_BENCH_WARMUP": "4",
+        "DB_BENCH_STEP_SETTLE": "1",
+        "DB_BENCH_STEP_SECONDS": "4",
+    },
+    "wide_pipeline": {
+        "DB_BENCH_SIZES": "4,7",
+        "DB_BENCH_WARMUP": "4",
+        "DB_BENCH_SECONDS": "4",
+        "DB_BENCH_EPOCH_INTERVAL": "1",
+        "DB_BENCH_ROWS_PER_SECOND": "50",
+    },
     "merge_scaling": {
         "DB_BENCH_MERGE_SIZES": "2000,5000",
         "DB_BENCH_MERGE_KEYS": "50",
@@ -51,6 +64,8 @@ EXPECTED = {
     "merge_scaling": "deletion-vectors: merge job 5,000 / 2,000 rows:",
     "retention": "repeatable-read read of the latest cut",
     "takeover": "kill -9 -> next run's first sealed epoch:",
+    "throughput": "knee: ",
+    "wide_pipeline": "growth against 4 tables:",
 }
 
 

@@ -1,0 +1,229 @@
+"""Wide pipelines: freshness and catalog statements per epoch from 10 to 100 tables.
+
+The pipeline of ``n`` tables has one root fed from local JSON files (1,000 rows/s), a
+fan-out of ``f`` append jobs each taking one slice of the root's customers, a fan-in of
+merge jobs each combining up to five of them (``UNION ALL``, grouped by category), and one
+final merge job combining every fan-in table: ``1 + f + ceil(f / 5) + 1 = n``. It runs
+continuously with ``DB_BENCH_EPOCH_INTERVAL`` (2 s) epochs on a local warehouse with an
+embedded catalog; a probe resolves repeatable-read cuts of all ``n`` tables every 0.2 s.
+
+Per size: freshness of the full cut (first cut at or past an epoch minus its barrier)
+p50 / p95 over the measured window, the catalog statements the run sent per epoch (every
+SQLAlchemy engine of the process except the probe's thread) and per epoch and table, and
+the share of epochs the final table coalesced. Then how both grow against the smallest
+size: the targets are p95 within 3x of the ten-table pipeline and statements per epoch
+that grow no faster than the number of tables.
+
+Environment (defaults in brackets): DB_BENCH_SIZES [10,30,100], DB_BENCH_WARMUP [60],
+DB_BENCH_SECONDS [60], DB_BENCH_EPOCH_INTERVAL [2], DB_BENCH_ROWS_PER_SECOND [1000].
+
+Run: ``python -m bench wide_pipeline``.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench._common import (
+    LoadSampler,
+    StatementCounter,
+    env_float,
+    env_int,
+    env_ints,
+    load_average,
+    median,
+    percentile,
+)
+from bench.freshness_bench import (
+    ROOT_TABLE,
+    ContinuousRun,
+    Probe,
+    finish,
+    source_and_feeder,
+    visible_after_barrier,
+)
+
+FAN_IN = 5
+"""Fan-out tables combined by one fan-in table."""
+
+
+def fan_out_width(tables: int) -> int:
+    """The fan-out ``f`` with ``1 + f + ceil(f / FAN_IN) + 1 == tables`` (or just under)."""
+    if tables < 4:
+        raise SystemExit(f"DB_BENCH_SIZES: a wide pipeline has at least 4 tables, not {tables}")
+    width = 1
+    while 2 + (width + 1) + math.ceil((width + 1) / FAN_IN) <= tables:
+        width += 1
+    return width
+
+
+def build_wide_pipeline(source, tables: int):
+    """(pipeline, every table name, the final table)."""
+    from etl import Pipeline
+
+    width = fan_out_width(tables)
+    pipeline = Pipeline("wide")
+    pipeline.ingest("ingest_events", source=source, output=ROOT_TABLE)
+    branches = []
+    for i in range(width):
+        name = f"branch_{i:03d}"
+        pipeline.sql(
+            f"job_{name}",
+            output=name,
+            query=(
+                f"SELECT customer, category, amount FROM {ROOT_TABLE} "
+                f"WHERE customer % {width} = {i}"
+            ),
+            inputs=[ROOT_TABLE],
+            mode="append",
+        )
+        branches.append(name)
+    groups = []
+    for start in range(0, width, FAN_IN):
+        members = branches[start : start + FAN_IN]
+        name = f"group_{start // FAN_IN:03d}"
+        union = " UNION ALL ".join(f"SELECT category, amount FROM {m}" for m in members)
+        pipeline.sql(
+            f"job_{name}",
+            output=name,
+            query=(
+                "SELECT category, count(*) AS orders, sum(amount) AS amount "
+                f"FROM ({union}) GROUP BY category"
+            ),
+            inputs=members,
+            mode="merge",
+            keys=("category",),
+        )
+        groups.append(name)
+    union = " UNION ALL ".join(f"SELECT category, orders, amount FROM {g}" for g in groups)
+    pipeline.sql(
+        "job_total",
+        output="total",
+        query=(
+            "SELECT category, sum(orders) AS orders, sum(amount) AS amount "
+            f"FROM ({union}) GROUP BY category"
+        ),
+        inputs=groups,
+        mode="merge",
+        keys=("category",),
+    )
+    return pipeline, [ROOT_TABLE, *branches, *groups, "total"], "total"
+
+
+class UncountedProbe(Probe):
+    """The probe, its catalog statements left out of the run's count."""
+
+    def __init__(self, counter: StatementCounter, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.counter = counter
+
+    def run(self) -> None:
+        with self.counter.muted():
+            super().run()
+
+
+@dataclass(frozen=True)
+class Size:
+    tables: int
+    freshness: tuple[float, ...]
+    statements_per_epoch: float
+    final_coalesced: float
+
+    @property
+    def p95(self) -> float:
+        return percentile(self.freshness, 95)
+
+    def line(self) -> str:
+        return (
+            f"  {self.tables:>4} tables: freshness p50 {median(self.freshness):6.2f} s  p95 "
+            f"{self.p95:6.2f} s ({len(self.freshness)} epochs); catalog statements per epoch "
+            f"{self.statements_per_epoch:8.1f} ({self.statements_per_epoch / self.tables:5.2f} "
+            f"per table); final table coalesced {self.final_coalesced:4.0%} of epochs"
+        )
+
+
+def _run_size(spark, tables: int, *, warmup: float, seconds: float, interval: float) -> Size:
+    from catalog import EpochState, load_catalog
+    from etl import Runner
+
+    with tempfile.TemporaryDirectory(prefix="wide-") as tmp, ExitStack() as stack:
+        source, feeder = source_and_feeder(
+            "file",
+            Path(tmp),
+            stack,
+            rows_per_second=env_int("DB_BENCH_ROWS_PER_SECOND", 1000),
+            ticks_per_second=5.0,
+        )
+        pipeline, names, final = build_wide_pipeline(source, tables)
+        warehouse = str(Path(tmp) / "warehouse")
+        catalog = load_catalog(None, warehouse=warehouse)
+        stack.callback(catalog.close)
+        runner = Runner(pipeline, catalog=catalog, warehouse=warehouse, spark=spark)
+        runner.register()
+        counter = stack.enter_context(StatementCounter())
+        probe = UncountedProbe(counter, warehouse, names, interval=0.2)
+        driver = ContinuousRun(runner, interval=interval)
+        feeder.start()
+        driver.start()
+        probe.start()
+        time.sleep(warmup)
+        window = (time.time(), time.time() + seconds)
+        counted_before = counter.count
+        time.sleep(seconds)
+        statements = counter.count - counted_before
+        finish(feeder, driver, probe)
+        with counter.muted():
+            issued = [
+                e.id for e in catalog.epochs() if window[0] <= e.barrier_ts.timestamp() < window[1]
+            ]
+            states = (
+                catalog.table_epochs(final, after=issued[0] - 1, up_to=issued[-1]) if issued else []
+            )
+            coalesced = sum(1 for s in states if s.state is EpochState.COALESCED)
+            freshness = visible_after_barrier(catalog, probe, window)
+        return Size(
+            tables=len(names),
+            freshness=tuple(freshness),
+            statements_per_epoch=statements / max(1, len(issued)),
+            final_coalesced=coalesced / max(1, len(issued)),
+        )
+
+
+def main() -> None:
+    from etl import build_spark
+
+    sizes = env_ints("DB_BENCH_SIZES", (10, 30, 100))
+    warmup = env_float("DB_BENCH_WARMUP", 60.0)
+    seconds = env_float("DB_BENCH_SECONDS", 60.0)
+    interval = env_float("DB_BENCH_EPOCH_INTERVAL", 2.0)
+    spark = build_spark(app_name="bench-wide-pipeline", conf={"spark.ui.enabled": "false"})
+    print(
+        f"wide pipelines of {sizes} tables (fan-out, fan-in by {FAN_IN}, one final table), "
+        f"{interval:g} s epochs, warm-up {warmup:g} s, window {seconds:g} s; {load_average()}"
+    )
+    measured: list[Size] = []
+    with LoadSampler() as load:
+        for tables in sizes:
+            size = _run_size(spark, tables, warmup=warmup, seconds=seconds, interval=interval)
+            measured.append(size)
+            print(size.line(), flush=True)
+    base = measured[0]
+    print(f"growth against {base.tables} tables:")
+    for size in measured[1:]:
+        tables_ratio = size.tables / base.tables
+        statements_ratio = size.statements_per_epoch / max(base.statements_per_epoch, 1e-9)
+        print(
+            f"  {size.tables:>4} tables ({tables_ratio:.1f}x the tables): freshness p95 "
+            f"{size.p95 / base.p95:.2f}x (target <= 3x); statements per epoch "
+            f"{statements_ratio:.2f}x ({'linear or better' if statements_ratio <= tables_ratio * 1.05 else 'FASTER THAN LINEAR'})"
+        )
+    print(load.summary() + f"; now {load_average()}")
+
+
+if __name__ == "__main__":
+    main()
