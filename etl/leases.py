@@ -25,10 +25,14 @@ import threading
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Literal
 
 from catalog import Catalog, CatalogError, Lease, LeaseHeldError, StaleLeaseError
 from etl.errors import InternalError, LeaseLostError, PipelineBusyError
+
+if TYPE_CHECKING:
+    from etl.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +117,32 @@ def busy_error(pipeline: str, held: LeaseHeldError | Lease) -> PipelineBusyError
         expires_at=held.expires_at,
         owner_state=owner_state(held.owner),
     )
+
+
+def check_not_held(catalog: Catalog, pipeline: Pipeline, *, run_in: str | None = None) -> None:
+    """PipelineBusyError if another live run holds an unexpired lease of one of the jobs
+    (a lease whose owner process is gone from this host does not count: it is taken over).
+    For a run (``run_in``: its warehouse), the jobs a live ``etl recompute`` builds a
+    revision of do not count either: the run leaves them to it. Nothing is written: a
+    command calls it to refuse a busy pipeline before it starts Spark."""
+    now = datetime.now(UTC)
+    recomputed: set[str] | None = None
+    for job in pipeline.ordered_jobs():
+        lease = catalog.get_lease(job.name)
+        if lease is None or lease.expires_at <= now:
+            continue
+        if owner_state(lease.owner) == "dead":
+            continue
+        if run_in is not None:
+            if recomputed is None:  # only when a lease is held: it imports PySpark
+                from etl.recompute import requested_jobs
+                from etl.registration import catalog_pipeline_name
+
+                name = catalog_pipeline_name(pipeline, catalog, run_in)
+                recomputed = requested_jobs(catalog, pipeline, name, owner="")
+            if job.name in recomputed:
+                continue
+        raise busy_error(pipeline.name, lease)
 
 
 class LeaseKeeper:
@@ -266,6 +296,8 @@ __all__ = [
     "LeaseKeeper",
     "OwnerInfo",
     "OwnerState",
+    "busy_error",
+    "check_not_held",
     "make_owner",
     "owner_state",
     "parse_owner",

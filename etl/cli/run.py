@@ -9,14 +9,13 @@ import shlex
 import signal
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
-from catalog import Catalog
 from etl.cli.app import (
     CatalogUrl,
     Params,
@@ -34,7 +33,6 @@ from etl.cli.app import (
 from etl.cli.progress import BatchProgress
 from etl.cli.render import err, print_json
 from etl.cli.validate import existing_catalog
-from etl.errors import PipelineBusyError, UsageError
 from etl.scheduling import (
     BATCH_BACKLOG_THRESHOLD,
     CONTINUOUS_BACKLOG_THRESHOLD,
@@ -47,6 +45,7 @@ from etl.scheduling import (
 )
 
 if TYPE_CHECKING:
+    from catalog import Catalog
     from etl.runner import Undeclared
 
 
@@ -164,6 +163,8 @@ def run(
 
     Example: etl run examples/wordcount/pipeline.py --once --param input_dir=./incoming
     """
+    from etl.errors import UsageError
+
     if once == continuous:
         raise UsageError("give exactly one of --once or --continuous")
     if once and max_epochs is not None:
@@ -189,8 +190,10 @@ def run(
             check_registration(known, pipeline, warehouse_root(warehouse))
             # A busy pipeline is refused before PySpark is even imported; acquiring the
             # leases decides.
+            from etl.leases import check_not_held
+
             _retry_while_busy(
-                lambda: _check_not_held(known, pipeline, run_in=warehouse_root(warehouse)),
+                lambda: check_not_held(known, pipeline, run_in=warehouse_root(warehouse)),
                 deadline,
                 wait,
             )
@@ -491,36 +494,11 @@ def _result_json(result, pipeline, pipeline_name: str, undeclared: Undeclared) -
     }
 
 
-def _check_not_held(catalog: Catalog, pipeline, *, run_in: str | None = None) -> None:
-    """PipelineBusyError if another live run holds an unexpired lease of one of the jobs
-    (a lease whose owner process is gone from this host does not count: it is taken over).
-    For a run (``run_in``: its warehouse), the jobs a live ``etl recompute`` builds a
-    revision of do not count either: the run leaves them to it."""
-    from etl.leases import busy_error, owner_state
-
-    now = datetime.now(UTC)
-    recomputed: set[str] | None = None
-    for job in pipeline.ordered_jobs():
-        lease = catalog.get_lease(job.name)
-        if lease is None or lease.expires_at <= now:
-            continue
-        if owner_state(lease.owner) == "dead":
-            continue
-        if run_in is not None:
-            if recomputed is None:  # only when a lease is held: it imports PySpark
-                from etl.recompute import requested_jobs
-                from etl.registration import catalog_pipeline_name
-
-                name = catalog_pipeline_name(pipeline, catalog, run_in)
-                recomputed = requested_jobs(catalog, pipeline, name, owner="")
-            if job.name in recomputed:
-                continue
-        raise busy_error(pipeline.name, lease)
-
-
 def _retry_while_busy(attempt, deadline: float, wait: float = 0.0) -> None:
     """Call ``attempt`` until another run stops holding the pipeline or ``deadline`` passes,
     saying every few seconds what it waits for."""
+    from etl.errors import PipelineBusyError
+
     said = 0.0
     while True:
         try:
@@ -582,7 +560,9 @@ def recover(
     # Recovery reads no source (it seals or rolls back; the next run replays): a source
     # that cannot be reached now does not keep it from bringing the tables back.
     pipeline = load_pipeline_file(pipeline_file, param, catalog, check_sources=False)
-    _check_not_held(catalog, pipeline)  # before Spark starts
+    from etl.leases import check_not_held
+
+    check_not_held(catalog, pipeline)  # before Spark starts
     from etl.recompute import abandoned_revisions
 
     name = catalog_pipeline_name(pipeline, catalog, warehouse_root(warehouse))
