@@ -68,6 +68,16 @@ def _timed(command: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[float
     return elapsed, cpu
 
 
+def _environment() -> dict[str, str]:
+    """The commands' environment: this checkout's code, and Python keeping the modules'
+    bytecode (as installed)."""
+    return {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        "PYTHONPATH": str(REPO),
+        "PYSPARK_PYTHON": sys.executable,
+    }
+
+
 def _etl(*args: str, cwd: Path) -> float:
     return _etl_timed(*args, cwd=cwd)[0]
 
@@ -75,11 +85,7 @@ def _etl(*args: str, cwd: Path) -> float:
 def _etl_timed(*args: str, cwd: Path) -> tuple[float, float]:
     # As installed: Python keeps the modules' bytecode (a shell that forbids writing it
     # would have every command compile the project's modules again).
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
-        "PYTHONPATH": str(REPO),
-        "PYSPARK_PYTHON": sys.executable,
-    }
+    env = _environment()
     return _timed([str(Path(sys.executable).with_name("etl")), *args], cwd=cwd, env=env)
 
 
@@ -170,6 +176,7 @@ def _floor(root: Path) -> list[tuple[float, float]]:
     cut = subprocess.run(
         [str(Path(sys.executable).with_name("etl")), "snapshot", *tables, "--format", "json"],
         cwd=root,
+        env=_environment(),
         capture_output=True,
         text=True,
         check=True,
@@ -179,8 +186,7 @@ def _floor(root: Path) -> list[tuple[float, float]]:
     from etl.reader import delta_extension_path
 
     command = [sys.executable, "floor.py", "cut.json", delta_extension_path(), QUERY]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return [_timed(command, cwd=root, env=env) for _ in range(RUNS)]
+    return [_timed(command, cwd=root, env=_environment()) for _ in range(RUNS)]
 
 
 if __name__ == "__main__":
