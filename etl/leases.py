@@ -22,8 +22,9 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
@@ -143,6 +144,32 @@ def check_not_held(catalog: Catalog, pipeline: Pipeline, *, run_in: str | None =
             if job.name in recomputed:
                 continue
         raise busy_error(pipeline.name, lease)
+
+
+def retry_while_busy(
+    attempt: Callable[[], None],
+    *,
+    deadline: float,
+    on_wait: Callable[[PipelineBusyError, float], None],
+    every: float = 5.0,
+) -> None:
+    """Call ``attempt`` until it no longer raises PipelineBusyError (another run stopped
+    holding the pipeline), or re-raise that once ``deadline`` (``time.monotonic()``) has
+    passed. Every ``every`` seconds of waiting, ``on_wait`` gets the error and the seconds
+    left."""
+    said: float | None = None
+    while True:
+        try:
+            attempt()
+            return
+        except PipelineBusyError as exc:
+            now = time.monotonic()
+            if now >= deadline:
+                raise
+            if said is None or now - said >= every:
+                said = now
+                on_wait(exc, deadline - now)
+            time.sleep(1.0)
 
 
 class LeaseKeeper:
@@ -302,4 +329,5 @@ __all__ = [
     "owner_state",
     "parse_owner",
     "process_start",
+    "retry_while_busy",
 ]

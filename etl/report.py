@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from catalog import (
     PIPELINE_DEFAULT,
@@ -18,6 +18,10 @@ from catalog import (
     RevisionState,
 )
 from etl.errors import UsageError
+
+if TYPE_CHECKING:
+    from etl.pipeline import Pipeline
+    from etl.runner import RunResult, Undeclared
 
 
 @dataclass(frozen=True)
@@ -553,6 +557,76 @@ def _failure_json(failure: JobFailureRecord) -> dict[str, Any]:
     }
 
 
+def run_result_json(
+    result: RunResult, pipeline: Pipeline, pipeline_name: str, undeclared: Undeclared
+) -> dict[str, Any]:
+    """A run's (or a recovery's) result as ``etl run --format json`` prints it."""
+    return {
+        "pipeline": pipeline_name,
+        "exit_code": result.exit_code,
+        "epochs_opened": [
+            {
+                "epoch": e.id,
+                "barrier_ts": e.barrier_ts,
+                "pipeline": e.pipeline,
+            }
+            for e in result.epochs_opened
+        ],
+        "recovered": [
+            {"job": s.job, "table": s.table, "action": str(s.action), "epochs": list(s.epochs)}
+            for s in result.recovered
+        ],
+        "batches": [
+            {
+                "job": b.job,
+                "first_epoch": b.first_epoch,
+                "epoch": b.epoch,
+                "attempt": b.attempt,
+                "outcome": str(b.outcome),
+                "rows": b.rows,
+                "rejected": b.rejected,
+                "quarantined": b.quarantined,
+                "versions": dict(b.versions),
+                "blocked_reason": b.blocked_reason,
+                "commit": b.commit.epoch if b.commit is not None else None,
+            }
+            for b in result.batches
+        ],
+        "blocked": [
+            {
+                "job": b.job,
+                "table": pipeline.jobs[b.job].output,
+                "epoch": b.epoch,
+                "reason": b.blocked_reason,
+            }
+            for b in result.blocked
+        ]
+        + [
+            {"job": s.job, "table": s.table, "epoch": epoch, "reason": "failed its gate again"}
+            for s in result.blocked_in_recovery
+            for epoch in s.epochs
+        ],
+        "failures": [
+            {
+                "job": f.job,
+                "epoch": f.epoch,
+                "attempt": f.attempt,
+                "error_class": f.error_class,
+                "message": f.error,
+                "retries_spent": f.retries_spent,
+            }
+            for f in result.failures
+        ],
+        "retried": [
+            {"job": f.job, "epoch": f.epoch, "attempt": f.attempt, "message": f.error}
+            for f in result.retried
+        ],
+        "left_to_recompute": list(result.left_to_recompute),
+        "undeclared_jobs": list(undeclared.jobs),
+        "undeclared_tables": list(undeclared.tables),
+    }
+
+
 def revision_json(revision: Revision) -> dict[str, object]:
     """A revision as ``etl status`` and ``etl epochs`` report it."""
     return {
@@ -695,6 +769,7 @@ __all__ = [
     "pipeline_epochs",
     "revision_json",
     "revision_text",
+    "run_result_json",
     "status_report",
     "table_epochs",
     "to_json",
