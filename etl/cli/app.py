@@ -151,6 +151,16 @@ PipelineName = Annotated[
 ]
 
 
+SparkMaster = Annotated[
+    str | None,
+    typer.Option("--master", envvar="ETL_SPARK_MASTER", help="Spark master (default local[*])."),
+]
+
+SparkVerbose = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
+]
+
+
 def _complete_levels(incomplete: str) -> list[str]:
     return [level.value for level in Consistency if level.value.startswith(incomplete)]
 
@@ -519,6 +529,8 @@ __all__ = [
     "DEFAULT_FORMAT",
     "CatalogUrl",
     "Consistency",
+    "SparkMaster",
+    "SparkVerbose",
     "ConsistencyOption",
     "Format",
     "TableOrJson",

@@ -20,6 +20,8 @@ from etl.cli.app import (
     CatalogUrl,
     Params,
     PipelineFile,
+    SparkMaster,
+    SparkVerbose,
     TableOrJson,
     Warehouse,
     app,
@@ -76,9 +78,7 @@ def run(
         ),
     ] = None,
     param: Params = [],  # noqa: B006 - typer needs a literal default
-    master: Annotated[
-        str | None, typer.Option(envvar="ETL_SPARK_MASTER", help="Spark master (default local[*]).")
-    ] = None,
+    master: SparkMaster = None,
     backlog_threshold: Annotated[
         int | None,
         typer.Option(
@@ -149,9 +149,7 @@ def run(
             "--format", case_sensitive=False, help="json: the run's result as JSON on stdout."
         ),
     ] = TableOrJson.TABLE,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
-    ] = False,
+    verbose: SparkVerbose = False,
 ) -> None:
     """Run a pipeline: once (for cron or Airflow) or continuously.
 
@@ -447,18 +445,14 @@ def recover(
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
     param: Params = [],  # noqa: B006 - typer needs a literal default
-    master: Annotated[
-        str | None, typer.Option(envvar="ETL_SPARK_MASTER", help="Spark master (default local[*]).")
-    ] = None,
+    master: SparkMaster = None,
     format: Annotated[
         TableOrJson,
         typer.Option(
             "--format", case_sensitive=False, help="json: what recovery did, as JSON on stdout."
         ),
     ] = TableOrJson.TABLE,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
-    ] = False,
+    verbose: SparkVerbose = False,
 ) -> None:
     """Bring the catalog and the tables back into agreement after a crash.
 
@@ -569,15 +563,11 @@ def recompute(
     param: Params = [],  # noqa: B006 - typer needs a literal default
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    master: Annotated[
-        str | None, typer.Option(envvar="ETL_SPARK_MASTER", help="Spark master (default local[*]).")
-    ] = None,
+    master: SparkMaster = None,
     format: Annotated[
         TableOrJson, typer.Option("--format", case_sensitive=False, help="json: the revision.")
     ] = TableOrJson.TABLE,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
-    ] = False,
+    verbose: SparkVerbose = False,
 ) -> None:
     """Recompute tables from their inputs' history as a new revision, switched for
     readers all at once.
