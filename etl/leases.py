@@ -24,7 +24,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
@@ -170,6 +171,23 @@ def retry_while_busy(
                 said = now
                 on_wait(exc, deadline - now)
             time.sleep(1.0)
+
+
+@contextmanager
+def holding(catalog: Catalog, job: str) -> Iterator[Lease]:
+    """The lease of ``job`` for one operation of this process (``etl resolve``), renewed
+    while it lasts and released after; PipelineBusyError if another live run holds it."""
+    from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS
+
+    keeper = LeaseKeeper(catalog, owner=make_owner(), ttl_seconds=DEFAULT_LEASE_TTL_SECONDS)
+    try:
+        keeper.acquire([job])
+    except LeaseHeldError as exc:
+        raise busy_error(catalog.get_job(job).pipeline, exc) from exc
+    try:
+        yield keeper.lease(job)
+    finally:
+        keeper.release()
 
 
 class LeaseKeeper:
@@ -325,6 +343,7 @@ __all__ = [
     "OwnerState",
     "busy_error",
     "check_not_held",
+    "holding",
     "make_owner",
     "owner_state",
     "parse_owner",

@@ -92,8 +92,7 @@ def resolve(
     from catalog import ResolutionAction
     from etl.engine import resolve as resolving
     from etl.errors import UsageError
-    from etl.leases import LeaseKeeper, busy_error, make_owner
-    from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS
+    from etl.leases import holding
 
     chosen = [
         action
@@ -117,15 +116,7 @@ def resolve(
         if table not in known:
             raise UsageError(f"unknown table {table!r}; the catalog has {known}")
         blocked = resolving.blocked_epoch(catalog, table, epoch)
-        keeper = LeaseKeeper(catalog, owner=make_owner(), ttl_seconds=DEFAULT_LEASE_TTL_SECONDS)
-        from catalog import LeaseHeldError
-
-        try:
-            keeper.acquire([blocked.job])
-        except LeaseHeldError as exc:
-            raise busy_error(catalog.get_job(blocked.job).pipeline, exc) from exc
-        try:
-            lease = keeper.lease(blocked.job)
+        with holding(catalog, blocked.job) as lease:
             actor = _actor()
             if action is ResolutionAction.ACCEPT:
                 result = resolving.accept(catalog, blocked, lease, actor=actor, reason=reason)
@@ -145,8 +136,6 @@ def resolve(
                     spark=build_spark(master=master, app_name="etl-resolve"),
                 )
                 result = resolving.quarantine(engine, blocked, lease, actor=actor, reason=reason)
-        finally:
-            keeper.release()
     what = {
         ResolutionAction.ACCEPT: "accepted as written",
         ResolutionAction.QUARANTINE: f"sealed without its {result.quarantined} failing row(s) "
