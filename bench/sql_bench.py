@@ -6,6 +6,10 @@ then measures:
 - ``etl sql`` of a three-table repeatable-read join, whole-command wall time (process
   start to exit), ``--engine duckdb`` against ``--engine spark`` (RUNS each, median);
   targets: DuckDB under 2 s, at least 10x faster than Spark;
+- ``etl sql --engine duckdb`` against the floor: a plain Python + DuckDB script reading
+  the same cut (``etl snapshot --format json``, written once to a file) and running the
+  query (RUNS each, median, wall and CPU); target: at most 2x (issue 28);
+- ``etl --version`` alone (wall and CPU): what importing the command costs;
 - the same query through ``snapshot(...)`` + ``snap.duckdb()`` in a warm process:
   resolution plus read, median of WARM runs; target under 50 ms.
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,28 +36,57 @@ QUERY = (
 RUNS = 3
 WARM = 50
 
+FLOOR = """
+import json, sys
+import duckdb
+cut = json.load(open(sys.argv[1]))
+db = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+db.execute(f"LOAD '{sys.argv[2]}'")
+db.execute("SET TimeZone = 'UTC'")
+for t in cut["tables"]:
+    db.execute(f"ATTACH '{t['uri']}' AS \\"d_{t['table']}\\" (TYPE delta)")
+    db.execute(
+        f"CREATE VIEW \\"{t['table']}\\" AS SELECT * FROM \\"d_{t['table']}\\" "
+        f"AT (VERSION => {t['version']})"
+    )
+rows = db.sql(sys.argv[3]).fetchall()
+print("\\n".join(",".join(map(str, row)) for row in rows))
+"""
+"""The floor of an interactive read: Python, DuckDB and the cut, nothing else."""
 
-def _etl(*args: str, cwd: Path) -> float:
-    # As installed: Python keeps the modules' bytecode (a shell that forbids writing it
-    # would have every command compile the project's modules again).
-    env = {
+
+def _timed(command: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system) of ``command``, which must succeed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed: {result.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu
+
+
+def _environment() -> dict[str, str]:
+    """The commands' environment: this checkout's code, and Python keeping the modules'
+    bytecode (as installed)."""
+    return {
         **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
         "PYTHONPATH": str(REPO),
         "PYSPARK_PYTHON": sys.executable,
     }
-    started = time.perf_counter()
-    result = subprocess.run(
-        [str(Path(sys.executable).with_name("etl")), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    elapsed = time.perf_counter() - started
-    if result.returncode != 0:
-        raise RuntimeError(f"etl {' '.join(args)} failed: {result.stderr[-2000:]}")
-    return elapsed
+
+
+def _etl(*args: str, cwd: Path) -> float:
+    return _etl_timed(*args, cwd=cwd)[0]
+
+
+def _etl_timed(*args: str, cwd: Path) -> tuple[float, float]:
+    # As installed: Python keeps the modules' bytecode (a shell that forbids writing it
+    # would have every command compile the project's modules again).
+    env = _environment()
+    return _timed([str(Path(sys.executable).with_name("etl")), *args], cwd=cwd, env=env)
 
 
 def main() -> dict:
@@ -74,7 +108,10 @@ def main() -> dict:
                 cwd=root,
             )
         sql = ("sql", QUERY, "--consistency", "repeatable-read", "--format", "csv")
-        duck = [_etl(*sql, "--engine", "duckdb", cwd=root) for _ in range(RUNS)]
+        duck_timed = [_etl_timed(*sql, "--engine", "duckdb", cwd=root) for _ in range(RUNS)]
+        duck = [wall for wall, _ in duck_timed]
+        floor = _floor(root)
+        version = [_etl_timed("--version", cwd=root) for _ in range(RUNS)]
         spark = [
             _etl(*sql, "--engine", "spark", "--master", "local[1]", cwd=root) for _ in range(RUNS)
         ]
@@ -94,6 +131,11 @@ def main() -> dict:
         catalog.close()
     figures = {
         "etl_sql_duckdb_s": statistics.median(duck),
+        "etl_sql_duckdb_cpu_s": statistics.median(cpu for _, cpu in duck_timed),
+        "floor_s": statistics.median(wall for wall, _ in floor),
+        "floor_cpu_s": statistics.median(cpu for _, cpu in floor),
+        "etl_version_s": statistics.median(wall for wall, _ in version),
+        "etl_version_cpu_s": statistics.median(cpu for _, cpu in version),
         "etl_sql_spark_s": statistics.median(spark),
         "speedup": statistics.median(spark) / statistics.median(duck),
         "snap_duckdb_warm_median_ms": statistics.median(warm) * 1000,
@@ -105,6 +147,19 @@ def main() -> dict:
         f"duckdb {figures['etl_sql_duckdb_s']:.2f} s, spark {figures['etl_sql_spark_s']:.2f} s "
         f"-> {figures['speedup']:.1f}x (targets: < 2 s, >= 10x)"
     )
+    figures["vs_floor_wall"] = figures["etl_sql_duckdb_s"] / figures["floor_s"]
+    figures["vs_floor_cpu"] = figures["etl_sql_duckdb_cpu_s"] / figures["floor_cpu_s"]
+    print(
+        f"etl sql --engine duckdb against the floor (plain Python + DuckDB on the cut of "
+        f"`etl snapshot --format json`, median of {RUNS}): wall {figures['etl_sql_duckdb_s']:.2f}"
+        f" vs {figures['floor_s']:.2f} s -> {figures['vs_floor_wall']:.1f}x, CPU "
+        f"{figures['etl_sql_duckdb_cpu_s']:.2f} vs {figures['floor_cpu_s']:.2f} s -> "
+        f"{figures['vs_floor_cpu']:.1f}x (target <= 2x)"
+    )
+    print(
+        f"etl --version (median of {RUNS}): wall {figures['etl_version_s']:.2f} s, CPU "
+        f"{figures['etl_version_cpu_s']:.2f} s"
+    )
     print(
         f"snapshot + snap.duckdb() warm, resolution + read (median of {WARM}): "
         f"{figures['snap_duckdb_warm_median_ms']:.1f} ms (target < 50 ms)"
@@ -113,6 +168,25 @@ def main() -> dict:
     out.mkdir(exist_ok=True)
     (out / "sql.json").write_text(json.dumps(figures, indent=2) + "\n")
     return figures
+
+
+def _floor(root: Path) -> list[tuple[float, float]]:
+    """The floor script's runs, on the cut ``etl snapshot --format json`` gives."""
+    tables = ("words", "word_counts", "cnt_counts")
+    cut = subprocess.run(
+        [str(Path(sys.executable).with_name("etl")), "snapshot", *tables, "--format", "json"],
+        cwd=root,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (root / "cut.json").write_text(cut)
+    (root / "floor.py").write_text(FLOOR)
+    from etl.reader import delta_extension_path
+
+    command = [sys.executable, "floor.py", "cut.json", delta_extension_path(), QUERY]
+    return [_timed(command, cwd=root, env=_environment()) for _ in range(RUNS)]
 
 
 if __name__ == "__main__":

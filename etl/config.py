@@ -20,9 +20,10 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from etl.errors import UsageError
+if TYPE_CHECKING:
+    from etl.errors import UsageError
 
 CONFIG_ENV = "ETL_CONFIG"
 PROJECT_FILE = "etl.toml"
@@ -56,13 +57,21 @@ class ProjectConfig:
     values: Mapping[str, Any]
 
 
+def _usage_error(message: str) -> UsageError:
+    # Imported here: etl.errors imports the catalog (SQLAlchemy), which `etl --version`
+    # and `etl --help`, reading this file, do not need.
+    from etl.errors import UsageError
+
+    return UsageError(message)
+
+
 def find_project_file(start: Path | None = None) -> Path | None:
     """``$ETL_CONFIG``, or the nearest ``etl.toml`` / ``pyproject.toml`` with ``[tool.etl]``."""
     explicit = os.environ.get(CONFIG_ENV)
     if explicit:
         path = Path(explicit).expanduser()
         if not path.is_file():
-            raise UsageError(f"${CONFIG_ENV} names {explicit!r}, which is not a file")
+            raise _usage_error(f"${CONFIG_ENV} names {explicit!r}, which is not a file")
         return path
     here = (start or Path.cwd()).resolve()
     for directory in (here, *here.parents):
@@ -80,9 +89,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         with path.open("rb") as handle:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"project file {str(path)!r} is not valid TOML: {exc}") from None
+        raise _usage_error(f"project file {str(path)!r} is not valid TOML: {exc}") from None
     except OSError as exc:
-        raise UsageError(f"cannot read project file {str(path)!r}: {exc.strerror}") from None
+        raise _usage_error(f"cannot read project file {str(path)!r}: {exc.strerror}") from None
 
 
 def load_project_config(start: Path | None = None) -> ProjectConfig:
@@ -95,14 +104,14 @@ def load_project_config(start: Path | None = None) -> ProjectConfig:
         data = data.get("tool", {}).get("etl", {})
     unknown = sorted(set(data) - set(BY_KEY))
     if unknown:
-        raise UsageError(
+        raise _usage_error(
             f"project file {str(path)!r}: unknown setting(s) {', '.join(unknown)}; "
             f"known: {', '.join(BY_KEY)}"
         )
     values: dict[str, Any] = {}
     for key, value in data.items():
         if not isinstance(value, str):
-            raise UsageError(f"project file {str(path)!r}: {key} must be a string, got {value!r}")
+            raise _usage_error(f"project file {str(path)!r}: {key} must be a string, got {value!r}")
         values[key] = value
     if "warehouse" in values and "://" not in values["warehouse"]:
         values["warehouse"] = str((path.parent / values["warehouse"]).expanduser())

@@ -22,13 +22,19 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Literal
 
 from catalog import Catalog, CatalogError, Lease, LeaseHeldError, StaleLeaseError
 from etl.errors import InternalError, LeaseLostError, PipelineBusyError
+
+if TYPE_CHECKING:
+    from etl.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +119,75 @@ def busy_error(pipeline: str, held: LeaseHeldError | Lease) -> PipelineBusyError
         expires_at=held.expires_at,
         owner_state=owner_state(held.owner),
     )
+
+
+def check_not_held(catalog: Catalog, pipeline: Pipeline, *, run_in: str | None = None) -> None:
+    """PipelineBusyError if another live run holds an unexpired lease of one of the jobs
+    (a lease whose owner process is gone from this host does not count: it is taken over).
+    For a run (``run_in``: its warehouse), the jobs a live ``etl recompute`` builds a
+    revision of do not count either: the run leaves them to it. Nothing is written: a
+    command calls it to refuse a busy pipeline before it starts Spark."""
+    now = datetime.now(UTC)
+    recomputed: set[str] | None = None
+    for job in pipeline.ordered_jobs():
+        lease = catalog.get_lease(job.name)
+        if lease is None or lease.expires_at <= now:
+            continue
+        if owner_state(lease.owner) == "dead":
+            continue
+        if run_in is not None:
+            if recomputed is None:  # only when a lease is held: it imports PySpark
+                from etl.recompute import requested_jobs
+                from etl.registration import catalog_pipeline_name
+
+                name = catalog_pipeline_name(pipeline, catalog, run_in)
+                recomputed = requested_jobs(catalog, pipeline, name, owner="")
+            if job.name in recomputed:
+                continue
+        raise busy_error(pipeline.name, lease)
+
+
+def retry_while_busy(
+    attempt: Callable[[], None],
+    *,
+    deadline: float,
+    on_wait: Callable[[PipelineBusyError, float], None],
+    every: float = 5.0,
+) -> None:
+    """Call ``attempt`` until it no longer raises PipelineBusyError (another run stopped
+    holding the pipeline), or re-raise that once ``deadline`` (``time.monotonic()``) has
+    passed. Every ``every`` seconds of waiting, ``on_wait`` gets the error and the seconds
+    left."""
+    said: float | None = None
+    while True:
+        try:
+            attempt()
+            return
+        except PipelineBusyError as exc:
+            now = time.monotonic()
+            if now >= deadline:
+                raise
+            if said is None or now - said >= every:
+                said = now
+                on_wait(exc, deadline - now)
+            time.sleep(1.0)
+
+
+@contextmanager
+def holding(catalog: Catalog, job: str) -> Iterator[Lease]:
+    """The lease of ``job`` for one operation of this process (``etl resolve``), renewed
+    while it lasts and released after; PipelineBusyError if another live run holds it."""
+    from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS
+
+    keeper = LeaseKeeper(catalog, owner=make_owner(), ttl_seconds=DEFAULT_LEASE_TTL_SECONDS)
+    try:
+        keeper.acquire([job])
+    except LeaseHeldError as exc:
+        raise busy_error(catalog.get_job(job).pipeline, exc) from exc
+    try:
+        yield keeper.lease(job)
+    finally:
+        keeper.release()
 
 
 class LeaseKeeper:
@@ -266,8 +341,12 @@ __all__ = [
     "LeaseKeeper",
     "OwnerInfo",
     "OwnerState",
+    "busy_error",
+    "check_not_held",
+    "holding",
     "make_owner",
     "owner_state",
     "parse_owner",
     "process_start",
+    "retry_while_busy",
 ]

@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
-from catalog import PIPELINE_DEFAULT, Catalog, EpochState, Revision, RevisionState
+from catalog import (
+    PIPELINE_DEFAULT,
+    Catalog,
+    EpochState,
+    JobFailureRecord,
+    Resolution,
+    Revision,
+    RevisionState,
+)
 from etl.errors import UsageError
+
+if TYPE_CHECKING:
+    from etl.pipeline import Pipeline
+    from etl.runner import RunResult, Undeclared
 
 
 @dataclass(frozen=True)
@@ -356,6 +370,263 @@ def status_report(
     return StatusReport(generated_at=now, pipelines=pipelines, tables=rows)
 
 
+@dataclass(frozen=True)
+class TableEpochs:
+    """A table's newest epochs as ``etl epochs TABLE`` shows them."""
+
+    table: str
+    records: list[dict[str, Any]]
+    """Per epoch (oldest first): state, Delta version, rows, validation, failed attempts,
+    resolution, retention, revision; as ``etl epochs --format json`` prints them."""
+    revisions: tuple[Revision, ...]
+    has_failures: bool
+    """Whether the table's writer has failed attempts on record (of any epoch)."""
+    has_resolutions: bool
+    """Whether an operator resolved any blocked epoch of the table."""
+    has_slices: bool
+    """Whether any epoch shown has a recorded source slice (a root table)."""
+
+
+def table_epochs(
+    catalog: Catalog, table: str, *, pipeline: str | None = None, last: int = 50
+) -> TableEpochs:
+    """The newest ``last`` epochs of ``table`` (a failed epoch with no state of its own
+    counts as one). UsageError for an unknown table, or one not of ``pipeline``."""
+    tables = {t.name: t.pipeline for t in catalog.list_tables()}
+    known = sorted(tables)
+    if table not in known:
+        raise UsageError(f"unknown table {table!r}; the catalog has {known}")
+    if pipeline not in (None, tables[table]):
+        raise UsageError(f"table {table!r} belongs to pipeline {tables[table]!r}, not {pipeline!r}")
+    states = catalog.table_epochs(table)[-last:]
+    checks = {v.epoch: v for v in catalog.validations(table)}
+    barrier = (
+        {e.id: e.barrier_ts for e in catalog.epochs(after=states[0].epoch - 1)} if states else {}
+    )
+    source = next((j.source for j in catalog.list_jobs() if j.output == table and j.source), None)
+    slices = {
+        s.epoch: recorded
+        for s in states
+        if source and (recorded := catalog.get_slice(source, s.epoch)) is not None
+    }
+    info = catalog.get_table(table)
+    expired = {e.epoch: e for e in catalog.expired_epochs(pipeline=info.pipeline)}
+    pinned = {p.epoch for p in catalog.active_pins() if p.epoch is not None}
+    pinned_versions = {p.versions.get(table) for p in catalog.active_pins()}
+    tagged: dict[int, list[str]] = {}
+    for tag in catalog.list_tags():
+        tagged.setdefault(tag.epoch, []).append(tag.name)
+    resolved = {r.epoch: r for r in catalog.resolutions(table)}
+    revisions = catalog.revisions(table=table)
+    failed: dict[int, list] = {}
+    if info.writer_job is not None:
+        for failure in catalog.failures(job=info.writer_job, limit=500):
+            if failure.epoch is not None:
+                failed.setdefault(failure.epoch, []).append(failure)
+    if missing := set(failed) - set(barrier):  # failed epochs with no state of their own
+        barrier |= {
+            e.id: e.barrier_ts for e in catalog.epochs(after=min(missing) - 1) if e.id in missing
+        }
+    records: list[dict[str, Any]] = [
+        {
+            "epoch": s.epoch,
+            "state": s.state.value,
+            "delta_version": s.delta_version,
+            "rows": s.rows,
+            "attempt": s.attempt,
+            "coalesced_into": s.coalesced_into,
+            "catch_up": slices[s.epoch].catch_up if s.epoch in slices else None,
+            "failed_expectations": (
+                checks[s.epoch].results.get("failed_expectations") if s.epoch in checks else None
+            ),
+            "validation": (
+                None
+                if s.epoch not in checks
+                else ("passed" if checks[s.epoch].success else "failed")
+                + f" ({checks[s.epoch].policy})"
+            ),
+            "barrier_ts": ts.isoformat() if (ts := barrier.get(s.epoch)) else None,
+            "updated_at": s.updated_at.isoformat() if s.updated_at else None,
+            "failures": [_failure_json(f) for f in failed.get(s.epoch, [])],
+            "resolution": _resolution_json(resolved.get(s.epoch)),
+            "retention": _retention(
+                s, expired=expired, pinned=pinned, pinned_versions=pinned_versions, tagged=tagged
+            ),
+            "revision": _revision_of(revisions, s.epoch),
+        }
+        for s in states
+    ]
+    known_epochs = {s.epoch for s in states}
+    oldest = states[0].epoch if len(states) >= last else 0
+    for epoch, items in failed.items():
+        if epoch not in known_epochs and epoch > oldest:
+            records.append(
+                {
+                    "epoch": epoch,
+                    "state": "FAILED",
+                    "delta_version": None,
+                    "rows": None,
+                    "attempt": max((f.attempt or 0) for f in items) or None,
+                    "coalesced_into": None,
+                    "catch_up": None,
+                    "failed_expectations": None,
+                    "validation": None,
+                    "barrier_ts": ts.isoformat() if (ts := barrier.get(epoch)) else None,
+                    "updated_at": items[0].failed_at.isoformat() if items[0].failed_at else None,
+                    "failures": [_failure_json(f) for f in items],
+                    "resolution": None,
+                    "retention": None,
+                    "revision": None,
+                }
+            )
+    records.sort(key=lambda r: r["epoch"])
+    return TableEpochs(
+        table=table,
+        records=records[-last:],
+        revisions=tuple(revisions),
+        has_failures=bool(failed),
+        has_resolutions=bool(resolved),
+        has_slices=bool(slices),
+    )
+
+
+def pipeline_epochs(catalog: Catalog, pipeline: str, *, last: int = 50) -> list[dict[str, Any]]:
+    """The newest ``last`` epochs of a pipeline: barrier, whether COMMIT, expiry (as ``etl
+    epochs --pipeline`` prints them). UsageError for an unknown pipeline."""
+    check_pipeline(catalog, pipeline)
+    issued = catalog.epochs(pipeline=pipeline)[-last:]
+    expired = {e.epoch: e.rule for e in catalog.expired_epochs(pipeline=pipeline)}
+    return [
+        {
+            "epoch": e.id,
+            "pipeline": e.pipeline,
+            "barrier_ts": e.barrier_ts.isoformat(),
+            "commit": catalog.get_commit(e.id) is not None,
+            "expired": expired.get(e.id),
+        }
+        for e in issued
+    ]
+
+
+def _revision_of(revisions: Sequence[Revision], epoch: int) -> int | None:
+    """The switched revision whose versions the table's ``epoch`` is recorded at, if any."""
+    return max(
+        (
+            r.id
+            for r in revisions
+            if r.state is RevisionState.SWITCHED
+            and r.from_epoch <= epoch <= (r.through_epoch or r.from_epoch)
+        ),
+        default=None,
+    )
+
+
+def _resolution_json(resolution: Resolution | None) -> dict[str, Any] | None:
+    """How an operator resolved a blocked epoch (etl resolve), as recorded."""
+    if resolution is None:
+        return None
+    return {
+        "action": resolution.action.value,
+        "actor": resolution.actor,
+        "reason": resolution.reason,
+        "at": resolution.at.isoformat() if resolution.at else None,
+    }
+
+
+def _retention(state, *, expired, pinned, pinned_versions, tagged) -> str | None:
+    """Whether a sealed epoch's cut is still readable, and what holds it."""
+    if state.state.value != "WRITTEN":
+        return None
+    if state.epoch in expired:
+        return f"expired ({expired[state.epoch].rule})"
+    held = []
+    if state.epoch in pinned or state.delta_version in pinned_versions:
+        held.append("pinned")
+    if state.epoch in tagged:
+        held.append("tagged " + ", ".join(sorted(tagged[state.epoch])))
+    return "retained" + (f": {'; '.join(held)}" if held else "")
+
+
+def _failure_json(failure: JobFailureRecord) -> dict[str, Any]:
+    return {
+        "attempt": failure.attempt,
+        "error_class": failure.error_class,
+        "message": failure.message,
+        "failed_at": failure.failed_at.isoformat() if failure.failed_at else None,
+        "owner": failure.owner,
+    }
+
+
+def run_result_json(
+    result: RunResult, pipeline: Pipeline, pipeline_name: str, undeclared: Undeclared
+) -> dict[str, Any]:
+    """A run's (or a recovery's) result as ``etl run --format json`` prints it."""
+    return {
+        "pipeline": pipeline_name,
+        "exit_code": result.exit_code,
+        "epochs_opened": [
+            {
+                "epoch": e.id,
+                "barrier_ts": e.barrier_ts,
+                "pipeline": e.pipeline,
+            }
+            for e in result.epochs_opened
+        ],
+        "recovered": [
+            {"job": s.job, "table": s.table, "action": str(s.action), "epochs": list(s.epochs)}
+            for s in result.recovered
+        ],
+        "batches": [
+            {
+                "job": b.job,
+                "first_epoch": b.first_epoch,
+                "epoch": b.epoch,
+                "attempt": b.attempt,
+                "outcome": str(b.outcome),
+                "rows": b.rows,
+                "rejected": b.rejected,
+                "quarantined": b.quarantined,
+                "versions": dict(b.versions),
+                "blocked_reason": b.blocked_reason,
+                "commit": b.commit.epoch if b.commit is not None else None,
+            }
+            for b in result.batches
+        ],
+        "blocked": [
+            {
+                "job": b.job,
+                "table": pipeline.jobs[b.job].output,
+                "epoch": b.epoch,
+                "reason": b.blocked_reason,
+            }
+            for b in result.blocked
+        ]
+        + [
+            {"job": s.job, "table": s.table, "epoch": epoch, "reason": "failed its gate again"}
+            for s in result.blocked_in_recovery
+            for epoch in s.epochs
+        ],
+        "failures": [
+            {
+                "job": f.job,
+                "epoch": f.epoch,
+                "attempt": f.attempt,
+                "error_class": f.error_class,
+                "message": f.error,
+                "retries_spent": f.retries_spent,
+            }
+            for f in result.failures
+        ],
+        "retried": [
+            {"job": f.job, "epoch": f.epoch, "attempt": f.attempt, "message": f.error}
+            for f in result.retried
+        ],
+        "left_to_recompute": list(result.left_to_recompute),
+        "undeclared_jobs": list(undeclared.jobs),
+        "undeclared_tables": list(undeclared.tables),
+    }
+
+
 def revision_json(revision: Revision) -> dict[str, object]:
     """A revision as ``etl status`` and ``etl epochs`` report it."""
     return {
@@ -490,12 +761,16 @@ def lineage_text(graph: dict, *, fmt: str) -> str:
 __all__ = [
     "PipelineStatus",
     "StatusReport",
+    "TableEpochs",
     "TableStatusRow",
     "check_pipeline",
     "lineage_graph",
     "lineage_text",
+    "pipeline_epochs",
     "revision_json",
     "revision_text",
+    "run_result_json",
     "status_report",
+    "table_epochs",
     "to_json",
 ]

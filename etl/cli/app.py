@@ -10,7 +10,9 @@ The commands live in :mod:`etl.cli.run` (run, recover), :mod:`etl.cli.show` (sta
 lineage, epochs), :mod:`etl.cli.operate` (resolve, retire), :mod:`etl.cli.sql` and
 :mod:`etl.cli.admin`; what they print goes
 through :mod:`etl.cli.render`. Every heavy import (PySpark above all) happens inside the
-command that needs it, so that ``etl status`` answers without starting a JVM.
+command that needs it, so that ``etl status`` answers without starting a JVM; the catalog
+(SQLAlchemy) is imported by the commands that open it, so that ``etl --version`` and
+``etl --help`` import neither (tests/etl/test_cli_imports.py).
 """
 
 from __future__ import annotations
@@ -22,23 +24,17 @@ import sys
 from enum import StrEnum
 from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import typer.core
 from rich.markup import escape
 
-from catalog import Catalog, CatalogNotFoundError, DeltaBarrierError, load_catalog
 from etl.cli.render import err
 from etl.config import scrub
-from etl.errors import (
-    ExitCode,
-    InternalError,
-    JobError,
-    PipelineBusyError,
-    PipelineLoadError,
-    UsageError,
-)
+
+if TYPE_CHECKING:
+    from catalog import Catalog
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
@@ -155,6 +151,16 @@ PipelineName = Annotated[
 ]
 
 
+SparkMaster = Annotated[
+    str | None,
+    typer.Option("--master", envvar="ETL_SPARK_MASTER", help="Spark master (default local[*])."),
+]
+
+SparkVerbose = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
+]
+
+
 def _complete_levels(incomplete: str) -> list[str]:
     return [level.value for level in Consistency if level.value.startswith(incomplete)]
 
@@ -184,6 +190,9 @@ def open_catalog(
     """The catalog; only ``create`` (running a pipeline) may start a new one. Without it
     nothing is created (no directory, file or table), and a read-only SQLite catalog is
     opened read-only."""
+    from catalog import CatalogNotFoundError, load_catalog
+    from etl.errors import UsageError
+
     if catalog_url is None and isinstance(warehouse, str):
         raise UsageError(
             f"a warehouse on object storage ({warehouse}) needs a catalog URL: --catalog "
@@ -240,23 +249,46 @@ def guard(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except PipelineBusyError as exc:
-            raise fail(str(exc), ExitCode.BUSY) from None
-        except (UsageError, PipelineLoadError) as exc:
-            raise fail(str(exc), ExitCode.USAGE) from None
-        except InternalError as exc:
-            raise fail(
-                f"internal error: {exc}. This is a bug in Delta Barrier; please report it",
-                ExitCode.JOB_FAILED,
-            ) from None
-        except DeltaBarrierError as exc:
-            code = ExitCode.JOB_FAILED if isinstance(exc, JobError) else ExitCode.USAGE
-            raise fail(str(exc), code) from None
+        except Exception as exc:
+            failure = exit_for(exc)
+            if failure is None:
+                raise
+            message, code = failure
+            raise fail(message, code) from None
 
     return wrapper
 
 
+def exit_for(exc: Exception) -> tuple[str, int] | None:
+    """The message and exit code of a project error; None for any other exception."""
+    # Imported here, once a command failed: etl.errors imports the catalog (SQLAlchemy).
+    from etl.errors import (
+        DeltaBarrierError,
+        ExitCode,
+        InternalError,
+        JobError,
+        PipelineBusyError,
+        PipelineLoadError,
+        UsageError,
+    )
+
+    if isinstance(exc, PipelineBusyError):
+        return str(exc), ExitCode.BUSY
+    if isinstance(exc, UsageError | PipelineLoadError):
+        return str(exc), ExitCode.USAGE
+    if isinstance(exc, InternalError):
+        return (
+            f"internal error: {exc}. This is a bug in Delta Barrier; please report it",
+            ExitCode.JOB_FAILED,
+        )
+    if isinstance(exc, DeltaBarrierError):
+        return str(exc), ExitCode.JOB_FAILED if isinstance(exc, JobError) else ExitCode.USAGE
+    return None
+
+
 def parse_params(items: list[str]) -> dict[str, str]:
+    from etl.errors import UsageError
+
     params = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -444,9 +476,12 @@ def main() -> None:
     command = typer.main.get_command(app)
     try:
         defaults = default_map(command, load_project_config())
-    except UsageError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-        sys.exit(ExitCode.USAGE)
+    except Exception as exc:
+        failure = exit_for(exc)
+        if failure is None:
+            raise
+        err.print(f"[bold red]error:[/] {escape(failure[0])}", highlight=False)
+        sys.exit(failure[1])
     command.main(
         args=hoist_global_options(command, sys.argv[1:]), prog_name="etl", default_map=defaults
     )
@@ -494,12 +529,15 @@ __all__ = [
     "DEFAULT_FORMAT",
     "CatalogUrl",
     "Consistency",
+    "SparkMaster",
+    "SparkVerbose",
     "ConsistencyOption",
     "Format",
     "TableOrJson",
     "Warehouse",
     "app",
     "catalog_app",
+    "exit_for",
     "fail",
     "guard",
     "main",

@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 
-from catalog import RetirementBlockedError
 from etl.cli.app import (
     CatalogUrl,
     Params,
@@ -24,7 +23,6 @@ from etl.cli.app import (
     quiet_pyspark,
 )
 from etl.cli.render import print_json
-from etl.errors import UsageError
 
 retire_app = typer.Typer(
     help="Retire a job or table a pipeline no longer declares (its history stays readable), "
@@ -93,8 +91,8 @@ def resolve(
     """
     from catalog import ResolutionAction
     from etl.engine import resolve as resolving
-    from etl.leases import LeaseKeeper, busy_error, make_owner
-    from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS
+    from etl.errors import UsageError
+    from etl.leases import holding
 
     chosen = [
         action
@@ -118,15 +116,7 @@ def resolve(
         if table not in known:
             raise UsageError(f"unknown table {table!r}; the catalog has {known}")
         blocked = resolving.blocked_epoch(catalog, table, epoch)
-        keeper = LeaseKeeper(catalog, owner=make_owner(), ttl_seconds=DEFAULT_LEASE_TTL_SECONDS)
-        from catalog import LeaseHeldError
-
-        try:
-            keeper.acquire([blocked.job])
-        except LeaseHeldError as exc:
-            raise busy_error(catalog.get_job(blocked.job).pipeline, exc) from exc
-        try:
-            lease = keeper.lease(blocked.job)
+        with holding(catalog, blocked.job) as lease:
             actor = _actor()
             if action is ResolutionAction.ACCEPT:
                 result = resolving.accept(catalog, blocked, lease, actor=actor, reason=reason)
@@ -146,8 +136,6 @@ def resolve(
                     spark=build_spark(master=master, app_name="etl-resolve"),
                 )
                 result = resolving.quarantine(engine, blocked, lease, actor=actor, reason=reason)
-        finally:
-            keeper.release()
     what = {
         ResolutionAction.ACCEPT: "accepted as written",
         ResolutionAction.QUARANTINE: f"sealed without its {result.quarantined} failing row(s) "
@@ -189,24 +177,16 @@ def retire_job(
 
     Example: etl retire job old_job
     """
+    from etl.retire import retire_job as retire
+
     with open_catalog(warehouse, catalog_url) as catalog:
-        try:
-            info = catalog.retire_job(name)
-            retired_tables = []
-            for table in (info.output, *info.side_outputs):
-                try:
-                    catalog.retire_table(table)
-                    retired_tables.append(table)
-                except RetirementBlockedError:
-                    pass
-        except RetirementBlockedError as exc:
-            raise UsageError(str(exc)) from None
+        result = retire(catalog, name)
     if format is TableOrJson.JSON:
-        print_json({"job": name, "retired_tables": retired_tables})
+        print_json({"job": result.job, "retired_tables": list(result.tables)})
         return
     typer.echo(
-        f"retired job {name}"
-        + (f" and its table(s) {', '.join(retired_tables)}" if retired_tables else "")
+        f"retired job {result.job}"
+        + (f" and its table(s) {', '.join(result.tables)}" if result.tables else "")
         + "; their history stays readable"
     )
 
@@ -227,10 +207,7 @@ def retire_table(
     Example: etl retire table old_table
     """
     with open_catalog(warehouse, catalog_url) as catalog:
-        try:
-            catalog.retire_table(name)
-        except RetirementBlockedError as exc:
-            raise UsageError(str(exc)) from None
+        catalog.retire_table(name)
     if format is TableOrJson.JSON:
         print_json({"table": name, "retired": True})
         return
@@ -259,10 +236,7 @@ def retire_pipeline(
     from etl.retire import retire_pipeline as retire
 
     with open_catalog(warehouse, catalog_url) as catalog:
-        try:
-            result = retire(catalog, name, drop_tables=drop_tables)
-        except RetirementBlockedError as exc:
-            raise UsageError(str(exc)) from None
+        result = retire(catalog, name, drop_tables=drop_tables)
     retired = result.retired
     if format is TableOrJson.JSON:
         print_json(

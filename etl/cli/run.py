@@ -9,18 +9,19 @@ import shlex
 import signal
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
-from catalog import Catalog
 from etl.cli.app import (
     CatalogUrl,
     Params,
     PipelineFile,
+    SparkMaster,
+    SparkVerbose,
     TableOrJson,
     Warehouse,
     app,
@@ -34,7 +35,6 @@ from etl.cli.app import (
 from etl.cli.progress import BatchProgress
 from etl.cli.render import err, print_json
 from etl.cli.validate import existing_catalog
-from etl.errors import PipelineBusyError, UsageError
 from etl.scheduling import (
     BATCH_BACKLOG_THRESHOLD,
     CONTINUOUS_BACKLOG_THRESHOLD,
@@ -47,7 +47,7 @@ from etl.scheduling import (
 )
 
 if TYPE_CHECKING:
-    from etl.runner import Undeclared
+    from catalog import Catalog
 
 
 @app.command()
@@ -78,9 +78,7 @@ def run(
         ),
     ] = None,
     param: Params = [],  # noqa: B006 - typer needs a literal default
-    master: Annotated[
-        str | None, typer.Option(envvar="ETL_SPARK_MASTER", help="Spark master (default local[*]).")
-    ] = None,
+    master: SparkMaster = None,
     backlog_threshold: Annotated[
         int | None,
         typer.Option(
@@ -151,9 +149,7 @@ def run(
             "--format", case_sensitive=False, help="json: the run's result as JSON on stdout."
         ),
     ] = TableOrJson.TABLE,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
-    ] = False,
+    verbose: SparkVerbose = False,
 ) -> None:
     """Run a pipeline: once (for cron or Airflow) or continuously.
 
@@ -164,17 +160,15 @@ def run(
 
     Example: etl run examples/wordcount/pipeline.py --once --param input_dir=./incoming
     """
-    if once == continuous:
-        raise UsageError("give exactly one of --once or --continuous")
-    if once and max_epochs is not None:
-        raise UsageError("--max-epochs goes with --continuous, not --once")
-    if once and epoch_interval is not None:
-        raise UsageError("--epoch-interval goes with --continuous, not --once")
-    if once and maintenance_interval is not None:
-        raise UsageError(
-            "--maintenance-interval goes with --continuous, not --once "
-            "(after a run --once, run `etl maintain` itself)"
-        )
+    from etl.run_mode import RunMode
+
+    mode = RunMode.from_options(
+        once=once,
+        continuous=continuous,
+        epoch_interval=epoch_interval,
+        max_epochs=max_epochs,
+        maintenance_interval=maintenance_interval,
+    )
     quiet_pyspark(verbose)
     deadline = time.monotonic() + wait
     with contextlib.ExitStack() as closing:
@@ -189,11 +183,14 @@ def run(
             check_registration(known, pipeline, warehouse_root(warehouse))
             # A busy pipeline is refused before PySpark is even imported; acquiring the
             # leases decides.
-            _retry_while_busy(
-                lambda: _check_not_held(known, pipeline, run_in=warehouse_root(warehouse)),
-                deadline,
-                wait,
+            from etl.leases import check_not_held, retry_while_busy
+
+            retry_while_busy(
+                lambda: check_not_held(known, pipeline, run_in=warehouse_root(warehouse)),
+                deadline=deadline,
+                on_wait=_say_waiting,
             )
+    from etl.leases import retry_while_busy
     from etl.runner import Runner
     from etl.spark import build_spark
 
@@ -215,13 +212,16 @@ def run(
             slow_batch_seconds=slow_batch_seconds,
             on_batch=progress,
             retry=retry_policy_for(
-                retries, backoff_seconds=retry_backoff, keep_going=keep_going, continuous=continuous
+                retries,
+                backoff_seconds=retry_backoff,
+                keep_going=keep_going,
+                continuous=mode.continuous,
             ),
         )
         # After Spark starts: its SparkContext installs a SIGINT handler of its own (cancel
         # all jobs). Until here, Ctrl-C or SIGTERM exits having written nothing.
         _handle_signals(runner, stopping)
-        _retry_while_busy(runner.acquire, deadline, wait)
+        retry_while_busy(runner.acquire, deadline=deadline, on_wait=_say_waiting)
         for lease in runner.taken_over:
             err.print(
                 f"took over job {lease.job} from {lease.owner}: that process is gone "
@@ -240,17 +240,17 @@ def run(
                 f"it any more; it holds the pipeline's COMMIT back. Retire it: etl retire table "
                 f"{table}"
             )
-        upkeep = _maintenance(runner, catalog, maintenance_interval)
+        upkeep = _maintenance(runner, catalog, mode.maintenance_interval)
         try:
             with progress:
-                if once:
+                if not mode.continuous:
                     result = runner.run_once()
                 else:
                     with upkeep or contextlib.nullcontext():
                         result = runner.run_continuous(
-                            epoch_interval=epoch_interval or 10.0,
+                            epoch_interval=mode.epoch_interval,
                             stop=stopping,
-                            max_epochs=max_epochs,
+                            max_epochs=mode.max_epochs,
                         )
         finally:
             runner.release()
@@ -373,7 +373,9 @@ def _report(
     result, runner, *, fmt: str, maintenance=None, invocation: tuple[str, str] = ("", "")
 ) -> None:
     if fmt == "json":
-        data = _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
+        from etl.report import run_result_json
+
+        data = run_result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
         if maintenance is not None:
             data["maintenance"] = dataclasses.asdict(maintenance)
         _print_result(data)
@@ -424,126 +426,16 @@ def _print_result(data: dict) -> None:
         print_json(data)
 
 
-def _result_json(result, pipeline, pipeline_name: str, undeclared: Undeclared) -> dict:
-    return {
-        "pipeline": pipeline_name,
-        "exit_code": result.exit_code,
-        "epochs_opened": [
-            {
-                "epoch": e.id,
-                "barrier_ts": e.barrier_ts,
-                "pipeline": e.pipeline,
-            }
-            for e in result.epochs_opened
-        ],
-        "recovered": [
-            {"job": s.job, "table": s.table, "action": str(s.action), "epochs": list(s.epochs)}
-            for s in result.recovered
-        ],
-        "batches": [
-            {
-                "job": b.job,
-                "first_epoch": b.first_epoch,
-                "epoch": b.epoch,
-                "attempt": b.attempt,
-                "outcome": str(b.outcome),
-                "rows": b.rows,
-                "rejected": b.rejected,
-                "quarantined": b.quarantined,
-                "versions": dict(b.versions),
-                "blocked_reason": b.blocked_reason,
-                "commit": b.commit.epoch if b.commit is not None else None,
-            }
-            for b in result.batches
-        ],
-        "blocked": [
-            {
-                "job": b.job,
-                "table": pipeline.jobs[b.job].output,
-                "epoch": b.epoch,
-                "reason": b.blocked_reason,
-            }
-            for b in result.blocked
-        ]
-        + [
-            {"job": s.job, "table": s.table, "epoch": epoch, "reason": "failed its gate again"}
-            for s in result.blocked_in_recovery
-            for epoch in s.epochs
-        ],
-        "failures": [
-            {
-                "job": f.job,
-                "epoch": f.epoch,
-                "attempt": f.attempt,
-                "error_class": f.error_class,
-                "message": f.error,
-                "retries_spent": f.retries_spent,
-            }
-            for f in result.failures
-        ],
-        "retried": [
-            {"job": f.job, "epoch": f.epoch, "attempt": f.attempt, "message": f.error}
-            for f in result.retried
-        ],
-        "left_to_recompute": list(result.left_to_recompute),
-        "undeclared_jobs": list(undeclared.jobs),
-        "undeclared_tables": list(undeclared.tables),
-    }
-
-
-def _check_not_held(catalog: Catalog, pipeline, *, run_in: str | None = None) -> None:
-    """PipelineBusyError if another live run holds an unexpired lease of one of the jobs
-    (a lease whose owner process is gone from this host does not count: it is taken over).
-    For a run (``run_in``: its warehouse), the jobs a live ``etl recompute`` builds a
-    revision of do not count either: the run leaves them to it."""
-    from etl.leases import busy_error, owner_state
-
-    now = datetime.now(UTC)
-    recomputed: set[str] | None = None
-    for job in pipeline.ordered_jobs():
-        lease = catalog.get_lease(job.name)
-        if lease is None or lease.expires_at <= now:
-            continue
-        if owner_state(lease.owner) == "dead":
-            continue
-        if run_in is not None:
-            if recomputed is None:  # only when a lease is held: it imports PySpark
-                from etl.recompute import requested_jobs
-                from etl.registration import catalog_pipeline_name
-
-                name = catalog_pipeline_name(pipeline, catalog, run_in)
-                recomputed = requested_jobs(catalog, pipeline, name, owner="")
-            if job.name in recomputed:
-                continue
-        raise busy_error(pipeline.name, lease)
-
-
-def _retry_while_busy(attempt, deadline: float, wait: float = 0.0) -> None:
-    """Call ``attempt`` until another run stops holding the pipeline or ``deadline`` passes,
-    saying every few seconds what it waits for."""
-    said = 0.0
-    while True:
-        try:
-            attempt()
-            return
-        except PipelineBusyError as exc:
-            now = time.monotonic()
-            if now >= deadline:
-                if wait:
-                    raise exc from None
-                raise
-            if now - said >= 5.0:
-                said = now
-                until = (
-                    f" (its lease runs until {exc.expires_at:%H:%M:%S} unless renewed)"
-                    if isinstance(exc.expires_at, datetime)
-                    else ""
-                )
-                err.print(
-                    f"waiting for {exc.owner} to release job {exc.job}{until}; "
-                    f"{deadline - now:.0f} s left of --wait"
-                )
-            time.sleep(1.0)
+def _say_waiting(exc, seconds_left: float) -> None:
+    until = (
+        f" (its lease runs until {exc.expires_at:%H:%M:%S} unless renewed)"
+        if isinstance(exc.expires_at, datetime)
+        else ""
+    )
+    err.print(
+        f"waiting for {exc.owner} to release job {exc.job}{until}; "
+        f"{seconds_left:.0f} s left of --wait"
+    )
 
 
 @app.command()
@@ -553,18 +445,14 @@ def recover(
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
     param: Params = [],  # noqa: B006 - typer needs a literal default
-    master: Annotated[
-        str | None, typer.Option(envvar="ETL_SPARK_MASTER", help="Spark master (default local[*]).")
-    ] = None,
+    master: SparkMaster = None,
     format: Annotated[
         TableOrJson,
         typer.Option(
             "--format", case_sensitive=False, help="json: what recovery did, as JSON on stdout."
         ),
     ] = TableOrJson.TABLE,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
-    ] = False,
+    verbose: SparkVerbose = False,
 ) -> None:
     """Bring the catalog and the tables back into agreement after a crash.
 
@@ -574,6 +462,7 @@ def recover(
     Example: etl recover examples/wordcount/pipeline.py --param input_dir=./incoming
     """
     from etl.engine import StepAction, needs_recovery
+    from etl.report import run_result_json
     from etl.runner import Runner, RunResult, catalog_pipeline_name, undeclared
     from etl.spark import build_spark
 
@@ -582,7 +471,9 @@ def recover(
     # Recovery reads no source (it seals or rolls back; the next run replays): a source
     # that cannot be reached now does not keep it from bringing the tables back.
     pipeline = load_pipeline_file(pipeline_file, param, catalog, check_sources=False)
-    _check_not_held(catalog, pipeline)  # before Spark starts
+    from etl.leases import check_not_held
+
+    check_not_held(catalog, pipeline)  # before Spark starts
     from etl.recompute import abandoned_revisions
 
     name = catalog_pipeline_name(pipeline, catalog, warehouse_root(warehouse))
@@ -592,7 +483,7 @@ def recover(
         # Nothing to seal or roll back: no Spark is started to say so.
         if format == "json":
             print_json(
-                _result_json(RunResult(), pipeline, name, undeclared(pipeline, catalog, name))
+                run_result_json(RunResult(), pipeline, name, undeclared(pipeline, catalog, name))
             )
         else:
             typer.echo("nothing to recover: catalog and tables agree")
@@ -607,7 +498,7 @@ def recover(
         result = runner.recover()
     if format == "json":
         _print_result(
-            _result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
+            run_result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
         )
         raise typer.Exit(result.exit_code)
     for revision in result.discarded:
@@ -672,15 +563,11 @@ def recompute(
     param: Params = [],  # noqa: B006 - typer needs a literal default
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    master: Annotated[
-        str | None, typer.Option(envvar="ETL_SPARK_MASTER", help="Spark master (default local[*]).")
-    ] = None,
+    master: SparkMaster = None,
     format: Annotated[
         TableOrJson, typer.Option("--format", case_sensitive=False, help="json: the revision.")
     ] = TableOrJson.TABLE,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
-    ] = False,
+    verbose: SparkVerbose = False,
 ) -> None:
     """Recompute tables from their inputs' history as a new revision, switched for
     readers all at once.

@@ -11,10 +11,8 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from catalog import RevisionState
 from etl.cli.app import CatalogUrl, PipelineName, Warehouse, app, guard, open_catalog
 from etl.cli.render import fitted_columns, out, rows_table
-from etl.errors import UsageError
 
 
 class LineageFormat(StrEnum):
@@ -241,110 +239,19 @@ def epochs(
 
     Example: etl epochs word_counts --last 10
     """
+    from etl.errors import UsageError
+    from etl.report import pipeline_epochs, table_epochs
+
     if table is None:
         if pipeline is None:
             raise UsageError("give a TABLE, or --pipeline NAME for a pipeline's epochs")
-        _pipeline_epochs(warehouse, catalog_url, pipeline, format=format, last=last)
+        with open_catalog(warehouse, catalog_url) as catalog:
+            issued = pipeline_epochs(catalog, pipeline, last=last)
+        _print_pipeline_epochs(issued, pipeline, format=format)
         return
     with open_catalog(warehouse, catalog_url) as catalog:
-        tables = {t.name: t.pipeline for t in catalog.list_tables()}
-        known = sorted(tables)
-        if table not in known:
-            raise UsageError(f"unknown table {table!r}; the catalog has {known}")
-        if pipeline not in (None, tables[table]):
-            raise UsageError(
-                f"table {table!r} belongs to pipeline {tables[table]!r}, not {pipeline!r}"
-            )
-        states = catalog.table_epochs(table)[-last:]
-        checks = {v.epoch: v for v in catalog.validations(table)}
-        barrier = (
-            {e.id: e.barrier_ts for e in catalog.epochs(after=states[0].epoch - 1)}
-            if states
-            else {}
-        )
-        source = next(
-            (j.source for j in catalog.list_jobs() if j.output == table and j.source), None
-        )
-        slices = {
-            s.epoch: recorded
-            for s in states
-            if source and (recorded := catalog.get_slice(source, s.epoch)) is not None
-        }
-        info = catalog.get_table(table)
-        expired = {e.epoch: e for e in catalog.expired_epochs(pipeline=info.pipeline)}
-        pinned = {p.epoch for p in catalog.active_pins() if p.epoch is not None}
-        pinned_versions = {p.versions.get(table) for p in catalog.active_pins()}
-        tagged: dict[int, list[str]] = {}
-        for tag in catalog.list_tags():
-            tagged.setdefault(tag.epoch, []).append(tag.name)
-        resolved = {r.epoch: r for r in catalog.resolutions(table)}
-        revisions = catalog.revisions(table=table)
-        writer = info.writer_job
-        failed: dict[int, list] = {}
-        if writer is not None:
-            for failure in catalog.failures(job=writer, limit=500):
-                if failure.epoch is not None:
-                    failed.setdefault(failure.epoch, []).append(failure)
-        if missing := set(failed) - set(barrier):  # failed epochs with no state of their own
-            barrier |= {
-                e.id: e.barrier_ts
-                for e in catalog.epochs(after=min(missing) - 1)
-                if e.id in missing
-            }
-    records: list[dict[str, Any]] = [
-        {
-            "epoch": s.epoch,
-            "state": s.state.value,
-            "delta_version": s.delta_version,
-            "rows": s.rows,
-            "attempt": s.attempt,
-            "coalesced_into": s.coalesced_into,
-            "catch_up": slices[s.epoch].catch_up if s.epoch in slices else None,
-            "failed_expectations": (
-                checks[s.epoch].results.get("failed_expectations") if s.epoch in checks else None
-            ),
-            "validation": (
-                None
-                if s.epoch not in checks
-                else ("passed" if checks[s.epoch].success else "failed")
-                + f" ({checks[s.epoch].policy})"
-            ),
-            "barrier_ts": ts.isoformat() if (ts := barrier.get(s.epoch)) else None,
-            "updated_at": s.updated_at.isoformat() if s.updated_at else None,
-            "failures": [_failure_json(f) for f in failed.get(s.epoch, [])],
-            "resolution": _resolution_json(resolved.get(s.epoch)),
-            "retention": _retention(
-                s, expired=expired, pinned=pinned, pinned_versions=pinned_versions, tagged=tagged
-            ),
-            "revision": _revision_of(revisions, s.epoch),
-        }
-        for s in states
-    ]
-    known_epochs = {s.epoch for s in states}
-    oldest = states[0].epoch if len(states) >= last else 0
-    for epoch, items in failed.items():
-        if epoch not in known_epochs and epoch > oldest:
-            records.append(
-                {
-                    "epoch": epoch,
-                    "state": "FAILED",
-                    "delta_version": None,
-                    "rows": None,
-                    "attempt": max((f.attempt or 0) for f in items) or None,
-                    "coalesced_into": None,
-                    "catch_up": None,
-                    "failed_expectations": None,
-                    "validation": None,
-                    "barrier_ts": ts.isoformat() if (ts := barrier.get(epoch)) else None,
-                    "updated_at": items[0].failed_at.isoformat() if items[0].failed_at else None,
-                    "failures": [_failure_json(f) for f in items],
-                    "resolution": None,
-                    "retention": None,
-                    "revision": None,
-                }
-            )
-    records.sort(key=lambda r: r["epoch"])
-    records = records[-last:]  # a failed epoch with no state of its own counts as one
+        report = table_epochs(catalog, table, pipeline=pipeline, last=last)
+    records = report.records
     if format == "json":
         typer.echo(json.dumps(records, indent=2))
         return
@@ -359,18 +266,18 @@ def epochs(
         "retention",
     ]
     cells = [[record[c] for c in columns] for record in records]
-    if failed:
+    if report.has_failures:
         columns.append("failed attempts")
         for row, record in zip(cells, records, strict=True):
             row.append(
                 "; ".join(f"#{f['attempt']} {_failure_text(f)[:160]}" for f in record["failures"])
             )
-    if resolved:
+    if report.has_resolutions:
         columns.append("resolution")
         for row, record in zip(cells, records, strict=True):
             done = record["resolution"]
             row.append(f"{done['action']} by {done['actor']}: {done['reason']}" if done else "")
-    if slices:
+    if report.has_slices:
         columns.append("slice")
         for row, record in zip(cells, records, strict=True):
             row.append("catch-up" if record["catch_up"] else "")
@@ -379,47 +286,16 @@ def epochs(
         for row, record in zip(cells, records, strict=True):
             row.append(record["revision"])
     out.print(rows_table(columns, cells, title=f"epochs of {table}"))
-    if revisions:
+    if report.revisions:
         from etl.report import revision_text
 
         now = datetime.now(UTC)
-        for revision in revisions:
+        for revision in report.revisions:
             out.print(revision_text(revision, now), highlight=False, soft_wrap=True)
 
 
-def _revision_of(revisions, epoch: int) -> int | None:
-    """The switched revision whose versions the table's ``epoch`` is recorded at, if any."""
-    return max(
-        (
-            r.id
-            for r in revisions
-            if r.state is RevisionState.SWITCHED
-            and r.from_epoch <= epoch <= (r.through_epoch or r.from_epoch)
-        ),
-        default=None,
-    )
-
-
-def _pipeline_epochs(
-    warehouse: Path, catalog_url: str | None, pipeline: str, *, format: str, last: int
-) -> None:
-    """The newest ``last`` epochs of a pipeline: barrier, whether COMMIT, expiry."""
-    from etl.report import check_pipeline
-
-    with open_catalog(warehouse, catalog_url) as catalog:
-        check_pipeline(catalog, pipeline)
-        issued = catalog.epochs(pipeline=pipeline)[-last:]
-        expired = {e.epoch: e.rule for e in catalog.expired_epochs(pipeline=pipeline)}
-        records = [
-            {
-                "epoch": e.id,
-                "pipeline": e.pipeline,
-                "barrier_ts": e.barrier_ts.isoformat(),
-                "commit": catalog.get_commit(e.id) is not None,
-                "expired": expired.get(e.id),
-            }
-            for e in issued
-        ]
+def _print_pipeline_epochs(records: list[dict[str, Any]], pipeline: str, *, format: str) -> None:
+    """A pipeline's epochs (barrier, whether COMMIT, expiry) as JSON or a table."""
     if format == "json":
         typer.echo(json.dumps(records, indent=2))
         return
@@ -433,47 +309,11 @@ def _pipeline_epochs(
     )
 
 
-def _resolution_json(resolution) -> dict[str, Any] | None:
-    """How an operator resolved a blocked epoch (etl resolve), as recorded."""
-    if resolution is None:
-        return None
-    return {
-        "action": resolution.action.value,
-        "actor": resolution.actor,
-        "reason": resolution.reason,
-        "at": resolution.at.isoformat() if resolution.at else None,
-    }
-
-
-def _retention(state, *, expired, pinned, pinned_versions, tagged) -> str | None:
-    """Whether a sealed epoch's cut is still readable, and what holds it."""
-    if state.state.value != "WRITTEN":
-        return None
-    if state.epoch in expired:
-        return f"expired ({expired[state.epoch].rule})"
-    held = []
-    if state.epoch in pinned or state.delta_version in pinned_versions:
-        held.append("pinned")
-    if state.epoch in tagged:
-        held.append("tagged " + ", ".join(sorted(tagged[state.epoch])))
-    return "retained" + (f": {'; '.join(held)}" if held else "")
-
-
 def _failure_text(failure: dict) -> str:
     """A failure's message, its error class in front unless the message names it already."""
     if failure["error_class"] in failure["message"]:
         return failure["message"]
     return f"{failure['error_class']}: {failure['message']}"
-
-
-def _failure_json(failure) -> dict:
-    return {
-        "attempt": failure.attempt,
-        "error_class": failure.error_class,
-        "message": failure.message,
-        "failed_at": failure.failed_at.isoformat() if failure.failed_at else None,
-        "owner": failure.owner,
-    }
 
 
 __all__ = [

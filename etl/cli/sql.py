@@ -11,7 +11,6 @@ from typing import Annotated
 
 import typer
 
-from catalog import as_utc
 from etl.cli.app import (
     DEFAULT_FORMAT,
     CatalogUrl,
@@ -25,7 +24,6 @@ from etl.cli.app import (
     parse_consistency,
 )
 from etl.cli.render import err, print_arrow
-from etl.errors import UsageError
 
 
 class Engine(StrEnum):
@@ -60,6 +58,9 @@ def time_travel(
     as_of_tag: str | None = None,
 ) -> datetime | None:
     """Check the time-travel flags (in flag names) and parse ``--as-of-time``."""
+    from catalog import as_utc
+    from etl.errors import UsageError
+
     given = [
         f
         for f, v in (
@@ -124,9 +125,11 @@ def sql(
 
     Example: etl sql "SELECT cnt, words FROM cnt_counts" --consistency repeatable-read
     """
+    from catalog import as_utc
+    from etl.reader import parse_query, snapshot
+
     level = parse_consistency(consistency)
     when = time_travel(level, as_of_epoch, as_of_time, as_of_tag)
-    from etl.reader import parse_query, snapshot
 
     parse_query(query)  # a syntax error is reported before anything opens
     with (
@@ -165,6 +168,7 @@ def _run_on_spark(reader, query: str, *, limit: int, master: str | None):
     from pyspark.errors.exceptions.captured import CapturedException
     from pyspark.logger import PySparkLogger
 
+    from etl.errors import UsageError
     from etl.spark import build_spark
 
     reader.use_spark(build_spark(master=master, app_name="etl-sql"))

@@ -18,7 +18,6 @@ from etl.cli.app import (
     open_catalog,
 )
 from etl.cli.render import out, print_json, rows_table
-from etl.errors import UsageError
 
 tag_app = typer.Typer(help="Named cuts that never expire until deleted.", no_args_is_help=True)
 app.add_typer(tag_app, name="tag")
@@ -49,6 +48,7 @@ def create(
 
     Example: etl tag create before-migration --epoch 42
     """
+    from etl.errors import UsageError
     from etl.report import check_pipeline
 
     with open_catalog(warehouse, catalog_url) as catalog:

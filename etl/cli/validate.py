@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from catalog import Catalog, CatalogNotFoundError, load_catalog
 from etl.cli.app import (
     CatalogUrl,
     Params,
@@ -21,6 +20,9 @@ from etl.cli.app import (
     warehouse_root,
 )
 from etl.cli.render import print_json
+
+if TYPE_CHECKING:
+    from catalog import Catalog
 
 
 @app.command()
@@ -63,6 +65,8 @@ def validate(
 
 def existing_catalog(warehouse: Path | str, catalog_url: str | None) -> Catalog | None:
     """The catalog if it exists (nothing is created), for read-only lookups; None if not."""
+    from catalog import CatalogNotFoundError, load_catalog
+
     if catalog_url is None:
         from catalog.sql import CATALOG_FILE_NAME
 

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from etl import ExitCode
-from tests.support.cli_runner import ETL, REPO, _env
+from tests.support.cli_runner import ETL, REPO, command_environment
 from tests.support.pipeline_files import BLOCK_GATED_INGEST
 
 
@@ -45,7 +45,7 @@ def test_run_into_a_closed_pipe_exits_with_the_runs_code(tmp_path):
     done = subprocess.run(
         ["bash", "-c", f"{command} | true; exit ${{PIPESTATUS[0]}}"],
         cwd=tmp_path,
-        env=_env(),
+        env=command_environment(),
         capture_output=True,
         text=True,
         timeout=600,

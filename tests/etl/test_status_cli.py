@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from catalog import JobSpec, SealRequest, TableSpec, load_catalog
-from tests.support.cli_runner import ETL, _env, etl
+from tests.support.cli_runner import ETL, command_environment, etl
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -72,7 +72,7 @@ def test_status_watch_refreshes_in_place_until_ctrl_c(tmp_path):
     process = subprocess.Popen(
         [str(ETL), "status", "--watch", "--interval", "0.3", "--warehouse", str(warehouse)],
         cwd=tmp_path,
-        env=_env(COLUMNS="120", LINES="40", TERM="xterm"),
+        env=command_environment(COLUMNS="120", LINES="40", TERM="xterm"),
         stdin=secondary,
         stdout=secondary,
         stderr=secondary,

@@ -17,7 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 ETL = Path(sys.executable).with_name("etl")
 
 
-def _env(**extra: str) -> dict[str, str]:
+def command_environment(**extra: str) -> dict[str, str]:
+    """The environment the tests run ``etl`` in: this checkout's code, a local Spark
+    master, none of the caller's warehouse, catalog or fault settings; plus ``extra``."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -35,7 +37,7 @@ def etl(*args: str | Path, cwd: Path, timeout: float = 600, **env: str):
     result = subprocess.run(
         [str(ETL), *map(str, args)],
         cwd=cwd,
-        env=_env(**env),
+        env=command_environment(**env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -51,7 +53,7 @@ def start(
     return subprocess.Popen(
         [str(ETL), *map(str, args)],
         cwd=cwd,
-        env=_env(**(env or {})),
+        env=command_environment(**(env or {})),
         stdout=subprocess.PIPE,
         stderr=popen.pop("stderr", subprocess.PIPE),
         text=True,
@@ -77,7 +79,9 @@ def etl_here(*args: str | Path, cwd: Path, **env: str) -> subprocess.CompletedPr
     # captured output has no colours, as in a subprocess with pipes, and COLUMNS sets the
     # width as it does at a process's start.
     saved_consoles = {console: (console._color_system, console._width) for console in (out, err)}
-    environment = _env(**env)  # from this process's environment, before it is replaced
+    environment = command_environment(
+        **env
+    )  # from this process's environment, before it is replaced
     os.environ.clear()
     os.environ.update(environment)
     sys.argv = ["etl", *map(str, args)]

@@ -1,0 +1,44 @@
+"""Consistent reads: resolve a snapshot for some tables (or the tables a SQL text names)
+and read every table through it, from Spark or from lighter engines.
+
+- :mod:`etl.reader.cut`: the cut of a read at a level, and its retention pin;
+- :mod:`etl.reader.query`: Spark SQL read by sqlglot (tables, DuckDB's dialect, errors);
+- :mod:`etl.reader.duckdb_session`: the process's DuckDB database, its Delta extension,
+  and a cut as a DuckDB script;
+- :mod:`etl.reader.snapshot_reader`: :func:`snapshot` and :class:`SnapshotReader`.
+
+Names are imported on first use (as in :mod:`etl`), so that a read imports only the
+engine it uses: ``etl snapshot words`` imports neither sqlglot nor DuckDB.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "ParsedQuery": "etl.reader.query",
+    "parse_query": "etl.reader.query",
+    "tables_in_sql": "etl.reader.query",
+    "SnapshotClosedError": "etl.reader.snapshot_reader",
+    "SnapshotReader": "etl.reader.snapshot_reader",
+    "snapshot": "etl.reader.snapshot_reader",
+    "delta_extension_path": "etl.reader.duckdb_session",
+    "duckdb_script": "etl.reader.duckdb_session",
+    "httpfs_extension_path": "etl.reader.duckdb_session",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'etl.reader' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -1,0 +1,94 @@
+"""What a command imports (issue 28, item 5): ``etl --version`` and ``etl --help`` import
+no catalog and no engine, ``etl snapshot`` of named tables neither sqlglot nor DuckDB,
+and ``etl sql`` on DuckDB no PySpark or Great Expectations. Pinned by the modules a real
+run of the command leaves in ``sys.modules``, not by timing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from catalog import JobSpec, SealRequest, TableSpec, load_catalog
+from tests.support.cli_runner import REPO
+
+WATCHED = (
+    "catalog",
+    "deltalake",
+    "duckdb",
+    "great_expectations",
+    "pyarrow",
+    "pyspark",
+    "sqlalchemy",
+    "sqlglot",
+)
+
+RUN_AND_LIST = """
+import json, sys
+from etl.cli.app import main
+sys.argv = ["etl", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exit:
+    assert not exit.code, exit.code
+watched = set(json.loads(sys.stdin.read()))
+print("IMPORTED=" + json.dumps(sorted({m.split(".")[0] for m in sys.modules} & watched)))
+"""
+
+
+def imported_by(*args: str, cwd) -> set[str]:
+    """The watched top-level packages a run of ``etl ARGS`` imported (it must succeed)."""
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_AND_LIST, *args],
+        input=json.dumps(WATCHED),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("IMPORTED=")]
+    return set(json.loads(line.removeprefix("IMPORTED=")))
+
+
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_version_and_help_import_no_catalog_and_no_engine(flag):
+    assert imported_by(flag, cwd=REPO) == set()
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    """A warehouse with one sealed table, written without Spark."""
+    warehouse = tmp_path / "wh"
+    catalog = load_catalog(None, warehouse=warehouse)
+    location = str(warehouse / "numbers")
+    catalog.register_table(TableSpec("numbers", location, kind="root"))
+    catalog.register_job(JobSpec("ingest", output="numbers", source="feed"))
+    lease = catalog.acquire_lease("ingest", "test", ttl_seconds=60)
+    epoch = catalog.open_epoch().id
+    write_deltalake(location, pa.table({"n": [1, 2, 3]}))
+    catalog.seal("ingest", lease.generation, [SealRequest("numbers", epoch, 0, rows=3)])
+    catalog.close()
+    return warehouse
+
+
+def test_a_snapshot_of_named_tables_imports_no_sqlglot_and_no_engine(warehouse, tmp_path):
+    imported = imported_by(
+        "snapshot", "numbers", "--warehouse", str(warehouse), "--format", "json", cwd=tmp_path
+    )
+    assert imported.isdisjoint({"sqlglot", "duckdb", "pyspark", "great_expectations"})
+    assert "catalog" in imported  # the command did resolve the cut
+
+
+def test_sql_on_duckdb_imports_no_pyspark_and_no_great_expectations(warehouse, tmp_path):
+    query = "SELECT sum(n) AS total FROM numbers"
+    imported = imported_by(
+        "sql", query, "--warehouse", str(warehouse), "--consistency", "read-committed",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert imported.isdisjoint({"pyspark", "great_expectations"})
+    assert {"duckdb", "sqlglot"} <= imported  # the command did read through DuckDB
