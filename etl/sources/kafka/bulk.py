@@ -87,7 +87,7 @@ def decode_json_values(
     raw = pa.array(values, pa.binary())
     candidate = pc.fill_null(pc.and_(pc.starts_with(raw, "{"), pc.ends_with(raw, "}")), False)
     chosen = np.flatnonzero(candidate.to_numpy(zero_copy_only=False))
-    chosen_values = values if len(chosen) == n else [values[i] for i in chosen]
+    chosen_values = values if len(chosen) == n else [values[i] for i in chosen.tolist()]
     blocks: list[tuple[int, int, pa.Table | None]] = []
     _parse_blocks(chosen_values, 0, len(chosen_values), parse, blocks)
     parsed_tables = [table for _, _, table in blocks if table is not None]
