@@ -61,6 +61,11 @@ Decoding
     offset, timestamp, raw key, raw value, reason, detail): nothing crashes the job and
     nothing is dropped. Every offset in the bounds that holds a record appears exactly
     once, in the rows or in the rejects.
+
+    For a flat schema (integers, doubles, booleans, strings, timestamps, dates) a task
+    decodes each batch of values at once with Arrow (:mod:`etl.sources.kafka.bulk`) and
+    leaves to the per-record decoder only the records Arrow's verdict might differ on, so
+    rows and rejects (reasons and details) are the same either way.
 """
 
 from etl.sources.kafka.bounds import BarrierKind

@@ -109,6 +109,12 @@ def converter(data_type: DataType, path: str) -> Callable[[object], object]:
 
         def to_string(value: object) -> object:
             if type(value) is str:
+                if value.isascii():
+                    return value
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:  # an unpaired surrogate escape (\ud800)
+                    raise fail("a string of Unicode characters", value) from None
                 return value
             raise fail("a string", value)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from etl.sources.kafka.bounds import Range, iso
+from etl.sources.kafka.bulk import bulk_parse_schema, decode_json_values
 from etl.sources.kafka.decode import (
     KIND_TAG,
     Invalid,
@@ -125,14 +126,15 @@ class TaskPlan:
 
 
 class BatchBuilder:
-    """Collects the decoded records of one partition and turns them into Arrow batches.
+    """Collects the records of one partition and turns them into Arrow batches.
 
-    Per record it keeps only what varies (payload values, offset, timestamp; key and
-    headers if included) and a reject entry for rejects; whole columns are built at
-    ``flush``, which is much cheaper per record than filling every column one by one.
+    ``add`` only keeps the record; ``flush`` decodes the batch and builds whole columns.
+    JSON values of a flat schema are decoded in bulk by Arrow
+    (:mod:`etl.sources.kafka.bulk`), and the records it is unsure of by the per-record
+    decoder; ``bulk=False`` decodes every record one by one.
     """
 
-    def __init__(self, plan: TaskPlan, topic: str, partition: int):
+    def __init__(self, plan: TaskPlan, topic: str, partition: int, *, bulk: bool = True):
         self.plan = plan
         self.topic = topic
         self.partition = partition
@@ -145,48 +147,30 @@ class BatchBuilder:
             else None
         )
         self.payload_names = [m[0] for m in self.members] if self.members is not None else ["value"]
+        self.payload_schema = pa_schema_of(self.schema, self.payload_names)
+        self.bulk_schema = (
+            bulk_parse_schema(self.payload_schema) if bulk and self.members is not None else None
+        )
         self.with_key = "_kafka_key" in self.schema.names
         self.with_headers = "_kafka_headers" in self.schema.names
-        self._reset()
-
-    def _reset(self) -> None:
-        self.values: list[list[object] | None] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int | None] = []
-        self.keys: list[object] = []
-        self.headers: list[object] = []
-        self.rejects: dict[int, tuple[bytes | None, bytes | None, RejectReason, str]] = {}
+        self.records: list[Any] = []
 
     @property
     def size(self) -> int:
-        return len(self.offsets)
+        return len(self.records)
 
     def add(self, record: Any) -> None:
+        self.records.append(record)
+
+    def _decode_record(self, record: Any) -> list[object]:
+        """The payload values of one record; raises Rejected or Invalid."""
         key = record.key
-        decoded_key: object = key
-        try:
-            if self.plan.key_format == "string" and key is not None:
-                try:
-                    decoded_key = key.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise Rejected("decode", "the key is not UTF-8") from None
-            values: list[object] | None = self._decode_value(record.value)
-        except Rejected as rejected:
-            values = None
-            self.rejects[len(self.offsets)] = (key, record.value, rejected.reason, rejected.detail)
-        except Invalid as invalid:
-            values = None
-            self.rejects[len(self.offsets)] = (key, record.value, "schema", str(invalid))
-        self.values.append(values)
-        self.offsets.append(record.offset)
-        timestamp = record.timestamp
-        self.timestamps.append(timestamp * 1000 if timestamp >= 0 else None)
-        if self.with_key:
-            self.keys.append(decoded_key if values is not None else None)
-        if self.with_headers:
-            self.headers.append(
-                [{"key": k, "value": v} for k, v in record.headers] if values is not None else None
-            )
+        if self.plan.key_format == "string" and key is not None:
+            try:
+                key.decode("utf-8")
+            except UnicodeDecodeError:
+                raise Rejected("decode", "the key is not UTF-8") from None
+        return self._decode_value(record.value)
 
     def _decode_value(self, raw: bytes | None) -> list[object]:
         plan = self.plan
@@ -225,23 +209,110 @@ class BatchBuilder:
                 )
         return values
 
+    def _payload(
+        self, rejects: dict[int, tuple[bytes | None, bytes | None, RejectReason, str]]
+    ) -> list[pa.Array]:
+        """The payload columns of the batch; the records that are rejects go to ``rejects``
+        (their payload is null)."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        records = self.records
+        size = len(records)
+        if self.bulk_schema is not None:
+            decoded = decode_json_values(
+                [r.value for r in records],
+                self.payload_schema,
+                self.bulk_schema,
+                [m[2] for m in self.members or ()],
+            )
+            columns = list(decoded.columns)
+            unsure = decoded.unsure
+            if self.event_index is not None:
+                unsure |= self._event_time_unsure(columns[self.event_index])
+            if self.plan.key_format == "string":
+                # A key that is not UTF-8 makes the record a reject whatever its value.
+                keyed = [i for i, r in enumerate(records) if r.key is not None]
+                for i in keyed:
+                    try:
+                        records[i].key.decode("utf-8")
+                    except UnicodeDecodeError:
+                        unsure[i] = True
+            decide = np.flatnonzero(unsure).tolist()
+        else:
+            columns = [pa.nulls(size, f.type) for f in self.payload_schema]
+            decide = list(range(size))
+        if not decide:
+            return columns
+        take: list[int | None] = list(range(size))
+        decided: list[list[object]] = []
+        for index in decide:
+            record = records[index]
+            try:
+                values = self._decode_record(record)
+            except Rejected as rejected:
+                rejects[index] = (record.key, record.value, rejected.reason, rejected.detail)
+                take[index] = None
+                continue
+            except Invalid as invalid:
+                rejects[index] = (record.key, record.value, "schema", str(invalid))
+                take[index] = None
+                continue
+            take[index] = size + len(decided)
+            decided.append(values)
+        patches = zip(*decided, strict=True) if decided else ([] for _ in self.payload_schema)
+        indices = pa.array(take, pa.int64())
+        return [
+            pc.take(pa.concat_arrays([column, pa.array(list(patch), type=field.type)]), indices)
+            for column, patch, field in zip(columns, patches, self.payload_schema, strict=True)
+        ]
+
+    def _event_time_unsure(self, event_time: pa.Array) -> Any:
+        """Records whose event time the per-record decoder must judge: missing, or late
+        under the reject policy."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        plan = self.plan
+        doubtful = pc.is_null(event_time)
+        if plan.late_before_us is not None and plan.reject_late:
+            late = pc.less(
+                pc.cast(event_time, pa.int64()), pa.scalar(plan.late_before_us, pa.int64())
+            )
+            doubtful = pc.or_(doubtful, pc.fill_null(late, False))
+        return doubtful.to_numpy(zero_copy_only=False)
+
     def flush(self) -> pa.RecordBatch:
         import pyarrow as pa
 
-        size = self.size
-        nulls: list[object] = [None] * len(self.payload_names)
-        rows = [v if v is not None else nulls for v in self.values]
-        columns: dict[str, object] = {name: [] for name in self.payload_names}
-        if rows:
-            columns.update(zip(self.payload_names, zip(*rows, strict=True), strict=True))
+        records = self.records
+        size = len(records)
+        rejects: dict[int, tuple[bytes | None, bytes | None, RejectReason, str]] = {}
+        columns: dict[str, object] = dict(
+            zip(self.payload_names, self._payload(rejects), strict=True)
+        )
         columns["_kafka_topic"] = [self.topic] * size
         columns["_kafka_partition"] = [self.partition] * size
-        columns["_kafka_offset"] = self.offsets
-        columns["_kafka_timestamp"] = self.timestamps
-        columns["_kafka_key"] = self.keys
-        columns["_kafka_headers"] = self.headers
+        columns["_kafka_offset"] = [r.offset for r in records]
+        columns["_kafka_timestamp"] = [
+            r.timestamp * 1000 if r.timestamp >= 0 else None for r in records
+        ]
+        if self.with_key:
+            string_key = self.plan.key_format == "string"
+            columns["_kafka_key"] = [
+                None
+                if i in rejects or r.key is None
+                else (r.key.decode("utf-8") if string_key else r.key)
+                for i, r in enumerate(records)
+            ]
+        if self.with_headers:
+            columns["_kafka_headers"] = [
+                None if i in rejects else [{"key": k, "value": v} for k, v in r.headers]
+                for i, r in enumerate(records)
+            ]
         rejected: tuple[list[object], ...] = tuple([None] * size for _ in range(4))
-        for index, reject in self.rejects.items():
+        for index, reject in rejects.items():
             for column, value in zip(rejected, reject, strict=True):
                 column[index] = value
         (
@@ -251,10 +322,22 @@ class BatchBuilder:
             columns["_reject_detail"],
         ) = rejected
         batch = pa.RecordBatch.from_arrays(
-            [pa.array(columns[f.name], type=f.type) for f in self.schema], schema=self.schema
+            [
+                column if isinstance(column, pa.Array) else pa.array(column, type=f.type)
+                for f in self.schema
+                for column in (columns.get(f.name, [None] * size),)
+            ],
+            schema=self.schema,
         )
-        self._reset()
+        self.records = []
         return batch
+
+
+def pa_schema_of(schema: pa.Schema, names: list[str]) -> pa.Schema:
+    """The fields ``names`` of ``schema``, in that order."""
+    import pyarrow as pa
+
+    return pa.schema([schema.field(name) for name in names])
 
 
 __all__ = [
