@@ -65,7 +65,9 @@ def main() -> None:
     os.environ["AWS_ENDPOINT_URL"] = counter.endpoint  # before Spark: its workers inherit it
     constructions = _Constructions()
     try:
-        spark = build_spark(app_name="bench-object-store-requests", conf={"spark.ui.enabled": "false"})
+        spark = build_spark(
+            app_name="bench-object-store-requests", conf={"spark.ui.enabled": "false"}
+        )
         print(f"word-count chain on s3, {epochs} epochs of one file; {load_average()}")
         with tempfile.TemporaryDirectory(prefix="object-store-requests-") as tmp:
             incoming = Path(tmp) / "incoming"
@@ -76,7 +78,7 @@ def main() -> None:
             runner.register()
             counter.take()
             constructions.take()
-            header = "".join(f"{kind:>10}" for kind in ("total", *KINDS, "DeltaTable"))
+            header = "".join(f"{kind:>11}" for kind in ("total", *KINDS, "DeltaTable"))
             print(f"{'epoch':>5}{header}")
             rows: list[tuple[Counter[str], int]] = []
             for epoch in range(1, epochs + 1):
@@ -87,8 +89,8 @@ def main() -> None:
                     raise RuntimeError(f"run_once failed at epoch {epoch}")
                 counts, built = counter.take(), constructions.take()
                 rows.append((counts, built))
-                cells = "".join(f"{counts[kind]:>10}" for kind in KINDS)
-                print(f"{epoch:>5}{sum(counts.values()):>10}{cells}{built:>10}", flush=True)
+                cells = "".join(f"{counts[kind]:>11}" for kind in KINDS)
+                print(f"{epoch:>5}{sum(counts.values()):>11}{cells}{built:>11}", flush=True)
             catalog.close()
         half = len(rows) // 2
         if half >= 2:

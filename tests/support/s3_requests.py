@@ -72,10 +72,14 @@ class RequestCounter:
                     connection.close()
                 counter._count(request_kind(self.command, self.path))
                 self.send_response(response.status)
+                # A HEAD's Content-Length is the object's size: passed on as it is.
+                passed = ("transfer-encoding", "connection")
+                if self.command != "HEAD":
+                    passed += ("content-length",)
+                    self.send_header("Content-Length", str(len(payload)))
                 for key, value in response.getheaders():
-                    if key.lower() not in ("transfer-encoding", "content-length", "connection"):
+                    if key.lower() not in passed:
                         self.send_header(key, value)
-                self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(payload)
