@@ -2,9 +2,9 @@
 
 The word-count chain (``examples/wordcount``: three tables, one merge, one overwrite) runs
 ``run_once`` for ``DB_BENCH_EPOCHS`` epochs (one new text file each) on ``s3://`` (moto's
-S3 server on 127.0.0.1 behind a counting proxy, ``tests/support/s3_requests.py``; the
-catalog in a local SQLite file). Every request of the run goes through the proxy (the
-driver's and Spark's Python workers' alike). Per epoch: the requests by kind (GET of a
+S3 server on 127.0.0.1, its request log counted: ``tests/support/s3_requests.py``; the
+catalog in a local SQLite file): every request of the run, the driver's and Spark's
+Python workers' alike. Per epoch: the requests by kind (GET of a
 ``_delta_log`` object, LIST, GET of data, PUT/POST, HEAD, DELETE) and how many
 ``deltalake.DeltaTable`` objects the driver constructed (each replays the log from its
 newest checkpoint). A run that carries its tables' states forward makes as many log GETs
@@ -22,7 +22,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from bench._common import env_int, load_average, start_s3_server
+from bench._common import env_int, load_average
 
 BUCKET = "bench-requests"
 
@@ -57,12 +57,17 @@ def main() -> None:
     from catalog import load_catalog
     from etl import Runner, build_spark
     from examples.wordcount.pipeline import build
-    from tests.support.s3_requests import KINDS, LOG_GET, RequestCounter
+    from tests.support.s3_requests import KINDS, LOG_GET, CountedS3Server
 
     epochs = env_int("DB_BENCH_EPOCHS", 25)
-    moto = start_s3_server(BUCKET)
-    counter = RequestCounter(os.environ["AWS_ENDPOINT_URL"])
-    os.environ["AWS_ENDPOINT_URL"] = counter.endpoint  # before Spark: its workers inherit it
+    counter = CountedS3Server(BUCKET)
+    os.environ.update(  # before Spark: its Python workers inherit them
+        AWS_ENDPOINT_URL=counter.endpoint,
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench-secret",
+        AWS_REGION="us-east-1",
+        AWS_ALLOW_HTTP="true",
+    )
     constructions = _Constructions()
     try:
         spark = build_spark(
@@ -106,7 +111,6 @@ def main() -> None:
     finally:
         constructions.close()
         counter.close()
-        moto.terminate()
 
 
 if __name__ == "__main__":

@@ -1,18 +1,21 @@
-"""A counting proxy in front of an S3-compatible server: every request is passed on
-unchanged and counted by kind, to see how many round trips a run makes to the store.
+"""moto's S3 server with its request log counted: how many round trips a run makes to
+the store, by kind.
 
-Point a client at :attr:`RequestCounter.endpoint` (``AWS_ENDPOINT_URL``) instead of the
-server's. Only the clients that read the environment after that see it: the driver's
-delta-rs and pyarrow file systems do (:func:`etl.storage.object_store` reads it on every
-call); Spark's Python workers, started earlier, keep the server's.
+The server logs one line per request it answered (werkzeug's access log on stderr); it
+goes to a file here, and :meth:`CountedS3Server.take` counts the lines written since the
+last take.
 """
 
 from __future__ import annotations
 
-import http.client
-import http.server
-import threading
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
 from collections import Counter
+from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from etl.delta.logfile import LOG_DIR
@@ -25,6 +28,8 @@ WRITE = "PUT/POST"
 HEAD = "HEAD"
 DELETE = "DELETE"
 KINDS = (LOG_GET, LIST, DATA_GET, WRITE, HEAD, DELETE)
+
+_REQUEST = re.compile(r'"(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP/[0-9.]+"')
 
 
 def request_kind(method: str, target: str) -> str:
@@ -42,83 +47,64 @@ def request_kind(method: str, target: str) -> str:
     return WRITE
 
 
-class RequestCounter:
-    """A proxy on 127.0.0.1 passing every request to ``upstream`` and counting it."""
+class CountedS3Server:
+    """moto's S3 server on a free port of 127.0.0.1, ``bucket`` created in it."""
 
-    def __init__(self, upstream: str) -> None:
-        host, port = urlsplit(upstream).netloc.split(":")
-        self._counts: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        counter = self
+    def __init__(self, bucket: str) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self._log = tempfile.NamedTemporaryFile(prefix="moto-requests-", suffix=".log")  # noqa: SIM115 - closed by close()
+        self._proc = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("moto_server")),
+                "-H",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+        )
+        self.endpoint = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self._proc.poll() is not None:
+                    self.close()
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.05)
+        import boto3
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _relay(self) -> None:
-                body = self._body()
-                connection = http.client.HTTPConnection(host, int(port), timeout=60)
-                headers = {
-                    k: v
-                    for k, v in self.headers.items()
-                    if k.lower() not in ("transfer-encoding", "content-length", "connection")
-                }
-                if body or self.command in ("PUT", "POST"):
-                    headers["Content-Length"] = str(len(body))
-                try:
-                    connection.request(self.command, self.path, body=body or None, headers=headers)
-                    response = connection.getresponse()
-                    payload = response.read()
-                finally:
-                    connection.close()
-                counter._count(request_kind(self.command, self.path))
-                self.send_response(response.status)
-                # A HEAD's Content-Length is the object's size: passed on as it is.
-                passed = ("transfer-encoding", "connection")
-                if self.command != "HEAD":
-                    passed += ("content-length",)
-                    self.send_header("Content-Length", str(len(payload)))
-                for key, value in response.getheaders():
-                    if key.lower() not in passed:
-                        self.send_header(key, value)
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(payload)
-
-            def _body(self) -> bytes:
-                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    chunks = []
-                    while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
-                        chunks.append(self.rfile.read(size))
-                        self.rfile.readline()
-                    while self.rfile.readline().strip():  # trailers
-                        pass
-                    return b"".join(chunks)
-                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _relay  # noqa: N815
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def _count(self, kind: str) -> None:
-        with self._lock:
-            self._counts[kind] += 1
+        boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="counted",
+            aws_secret_access_key="counted-secret",
+            region_name="us-east-1",
+        ).create_bucket(Bucket=bucket)
+        self._read = 0
+        self.take()
 
     def take(self) -> Counter[str]:
-        """The requests counted since the last take, by kind; the count starts again."""
-        with self._lock:
-            counts, self._counts = self._counts, Counter()
-        return counts
+        """The requests answered since the last take, by kind."""
+        with open(self._log.name, "rb") as log:
+            log.seek(self._read)
+            text = log.read()
+        complete = text[: text.rfind(b"\n") + 1]
+        self._read += len(complete)
+        return Counter(
+            request_kind(match.group(1), match.group(2))
+            for match in _REQUEST.finditer(complete.decode(errors="replace"))
+        )
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._proc.terminate()
+        self._proc.wait(timeout=10)
+        self._log.close()
 
 
-__all__ = ["KINDS", "LIST", "LOG_GET", "RequestCounter", "request_kind"]
+__all__ = ["KINDS", "LIST", "LOG_GET", "CountedS3Server", "request_kind"]
