@@ -81,7 +81,7 @@ def main() -> None:
             catalog = load_catalog(f"sqlite:///{Path(tmp) / 'catalog.sqlite'}", warehouse=warehouse)
             runner = Runner(build(str(incoming)), catalog=catalog, warehouse=warehouse, spark=spark)
             runner.register()
-            counter.take()
+            counter.requests.take()
             constructions.take()
             header = "".join(f"{kind:>11}" for kind in ("total", *KINDS, "DeltaTable"))
             print(f"{'epoch':>5}{header}")
@@ -92,7 +92,7 @@ def main() -> None:
                 )
                 if not runner.run_once().ok:
                     raise RuntimeError(f"run_once failed at epoch {epoch}")
-                counts, built = counter.take(), constructions.take()
+                counts, built = counter.requests.take(), constructions.take()
                 rows.append((counts, built))
                 cells = "".join(f"{counts[kind]:>11}" for kind in KINDS)
                 print(f"{epoch:>5}{sum(counts.values()):>11}{cells}{built:>11}", flush=True)
