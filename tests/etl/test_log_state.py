@@ -117,3 +117,34 @@ def test_log_reads_per_epoch_on_s3_do_not_grow_with_the_tables_logs(
         gets.append(s3_requests.take()[LOG_GET])
     catalog.close()
     assert gets[-1] <= gets[1], gets
+
+
+def test_the_fence_is_read_from_a_checkpoint_when_the_entries_before_it_are_gone(
+    tmp_path, monkeypatch
+):
+    """The fence's generation comes from our own replay of the log (delta-rs scans the log
+    for it on every call): the claim, recorded before the checkpoint, must be read from the
+    checkpoint's ``txn`` actions once the entries before it are cleaned up."""
+    from etl.delta import claim_table
+    from etl.delta import write as write_module
+    from etl.errors import UnclaimedTableError
+
+    monkeypatch.setattr(write_module, "CHECKPOINT_INTERVAL", 2)
+    kept = str(tmp_path / "kept")
+    zombie, owner = Fence("j", generation=1), Fence("j", generation=2)
+    assert _commit(kept, range(3), zombie, "a") == 0
+    assert claim_table(kept, fence=owner) == 1
+    assert _commit(kept, range(3, 6), owner, "b") == 2  # checkpointed
+    # A copy at another place: no replay of it is kept; the entries before its checkpoint
+    # are cleaned up (as `etl maintain` does).
+    location = str(tmp_path / "copy")
+    shutil.copytree(kept, location)
+    for version in range(2):
+        (Path(location) / "_delta_log" / f"{version:020d}.json").unlink()
+
+    with pytest.raises(FencedError):
+        _commit(location, range(6, 9), zombie, "late")
+    with pytest.raises(UnclaimedTableError):
+        _commit(location, range(6, 9), Fence("k", generation=1), "other")
+    assert _commit(location, range(6, 9), owner, "c") == 3
+    assert _ids(location) == list(range(9))
