@@ -62,18 +62,12 @@ def open_table(
     *,
     version: int | None = None,
     operation: str = "read",
-    without_files: bool = False,
 ) -> DeltaTable:
-    """Load the table at ``version`` (latest when None); errors become DeltaIOError.
-
-    ``without_files`` skips tracking the active files: enough for the version, the
-    history and the app transactions, and cheaper on a table with many files.
-    """
+    """Load the table at ``version`` (latest when None); errors become DeltaIOError."""
     try:
         return DeltaTable(
             location,
             version=version,
-            without_files=without_files,
             storage_options=storage_options(location),
         )
     except TableNotFoundError as exc:
@@ -184,7 +178,7 @@ def table_version(location: str) -> int | None:
     """The latest Delta version at ``location``; None when there is no Delta table.
 
     From a listing of the log, without replaying it (opening the table replays the log
-    from its last checkpoint; deltalake 1.6 does so even with ``without_files``). A commit
+    from its last checkpoint, even without tracking the files). A commit
     entry appears whole or not at all (Delta protocol, "Delta Log Entries": put if
     absent), so the newest listed entry is the latest version."""
     commits, checkpoints = log_versions(*filesystem(normalize_location(location)))
