@@ -7,8 +7,11 @@ commit metadata (the ``META_*`` keys of :mod:`consistency.models`), which
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -31,7 +34,13 @@ from consistency.models import (
 )
 from etl.delta.dv import DeletionVector
 from etl.delta.layout import filesystem, normalize_location
-from etl.delta.logfile import DELETION_VECTORS, active_adds, deletion_vector, log_versions
+from etl.delta.logfile import (
+    DELETION_VECTORS,
+    active_adds,
+    deletion_vector,
+    entry_stamp,
+    log_versions,
+)
 from etl.errors import DeltaIOError, UnsupportedTableFeatureError
 from etl.storage import storage_options
 
@@ -53,18 +62,12 @@ def open_table(
     *,
     version: int | None = None,
     operation: str = "read",
-    without_files: bool = False,
 ) -> DeltaTable:
-    """Load the table at ``version`` (latest when None); errors become DeltaIOError.
-
-    ``without_files`` skips tracking the active files: enough for the version, the
-    history and the app transactions, and cheaper on a table with many files.
-    """
+    """Load the table at ``version`` (latest when None); errors become DeltaIOError."""
     try:
         return DeltaTable(
             location,
             version=version,
-            without_files=without_files,
             storage_options=storage_options(location),
         )
     except TableNotFoundError as exc:
@@ -74,6 +77,81 @@ def open_table(
     except DeltaError as exc:
         at = f" at version {version}" if version is not None else ""
         raise DeltaIOError(table=location, operation=operation, reason=f"{exc}{at}") from exc
+
+
+@contextlib.contextmanager
+def loaded_table(
+    location: str, *, version: int | None = None, operation: str = "read"
+) -> Iterator[DeltaTable]:
+    """The table at ``version`` (the latest when None), for use inside the ``with`` only.
+
+    Opening a table replays its log from the newest checkpoint: one request per JSON entry
+    on an object store, and a job opens its tables several times per epoch (read, merge,
+    commit, recovery). So the tables loaded here are kept per location after use and
+    brought forward to the next version asked for by reading only the log entries after
+    the kept version (delta-rs' ``load_as_version``, ``update_incremental``). The latest
+    version is found by listing the log after the kept one, as a fresh open does: a kept
+    state is never a stale "latest". A commit on a stale state would fail anyway (a log
+    entry is put if absent); a kept state whose version's entry changed (the table was
+    deleted and created again) or is gone is dropped, and the table opened afresh.
+
+    Each use has the loaded table to itself: one kept for the location, else a new one
+    (a nested use of the same table opens another). A use that raises drops its table.
+    """
+    location = normalize_location(location)
+    kept = _kept(location, version)
+    table = open_table(location, version=version, operation=operation) if kept is None else kept[0]
+    yield table
+    if kept is not None and kept[0].version() == kept[1]:
+        _keep(location, table, kept[2])  # still the version whose entry was just checked
+    else:
+        _keep(location, table, entry_stamp(location, table.version()))
+
+
+_KEPT_PER_TABLE = 3
+"""Loaded states kept per table: a merge plans on one version while the commit checks the
+latest, and the commit's own check of whether it landed opens a third."""
+_KEPT_TABLES = 64
+"""Tables whose states :func:`loaded_table` keeps (the least recently used is dropped)."""
+_kept_states: OrderedDict[str, list[tuple[DeltaTable, tuple[int, int]]]] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
+def _kept(location: str, version: int | None) -> tuple[DeltaTable, int, tuple[int, int]] | None:
+    """A kept state of ``location`` brought to ``version``, with the version it was kept
+    at and that version's entry stamp (checked); None: none kept at or before ``version``,
+    or the one kept cannot be brought forward."""
+    with _kept_lock:
+        states = _kept_states.get(location) or []
+        usable = [s for s in states if version is None or s[0].version() <= version]
+        if not usable:
+            return None
+        table, stamp = max(usable, key=lambda s: s[0].version())
+        states.remove((table, stamp))
+    kept_at = table.version()
+    if entry_stamp(location, kept_at) != stamp:
+        return None
+    try:
+        if version is None:
+            table.update_incremental()
+        elif version > table.version():
+            table.load_as_version(version)
+    except DeltaError:  # e.g. entries after it cleaned up: a fresh open says what is wrong
+        return None
+    return table, kept_at, stamp
+
+
+def _keep(location: str, table: DeltaTable, stamp: tuple[int, int] | None) -> None:
+    if stamp is None:
+        return
+    with _kept_lock:
+        states = _kept_states.setdefault(location, [])
+        _kept_states.move_to_end(location)
+        states.append((table, stamp))
+        if len(states) > _KEPT_PER_TABLE:
+            states.remove(min(states, key=lambda s: s[0].version()))
+        while len(_kept_states) > _KEPT_TABLES:
+            _kept_states.popitem(last=False)
 
 
 def check_supported(table: DeltaTable, location: str) -> None:
@@ -100,7 +178,7 @@ def table_version(location: str) -> int | None:
     """The latest Delta version at ``location``; None when there is no Delta table.
 
     From a listing of the log, without replaying it (opening the table replays the log
-    from its last checkpoint; deltalake 1.6 does so even with ``without_files``). A commit
+    from its last checkpoint, even without tracking the files). A commit
     entry appears whole or not at all (Delta protocol, "Delta Log Entries": put if
     absent), so the newest listed entry is the latest version."""
     commits, checkpoints = log_versions(*filesystem(normalize_location(location)))
@@ -229,14 +307,15 @@ def log_commits(location: str, *, after_version: int | None = None) -> list[LogC
     latest = table_version(location)
     if latest is None or (after_version is not None and latest <= after_version):
         return []
-    table = open_table(location, operation="log_commits", without_files=True)
-    # Only the commits after ``after_version`` are read: the newest ones, by count.
-    limit = None if after_version is None else table.version() - after_version
-    if limit is not None and limit <= 0:
-        return []
+    with loaded_table(location, operation="log_commits") as table:
+        # Only the commits after ``after_version`` are read: the newest ones, by count.
+        limit = None if after_version is None else table.version() - after_version
+        if limit is not None and limit <= 0:
+            return []
+        entries = history(table, location, limit=limit)
     commits = [
         _log_commit(entry)
-        for entry in history(table, location, limit=limit)
+        for entry in entries
         if after_version is None or int(entry["version"]) > after_version
     ]
     return sorted(commits, key=lambda c: c.version)
@@ -280,6 +359,7 @@ __all__ = [
     "check_supported",
     "has_deletion_vectors",
     "history",
+    "loaded_table",
     "log_commits",
     "open_table",
     "table_exists",

@@ -101,46 +101,69 @@ def deletion_vector(add: Mapping) -> DeletionVector | None:
 
 def active_adds(location: str, version: int) -> dict[str, dict]:
     """The ``add`` actions of the files active at ``version``, by decoded path, replayed
-    from the newest checkpoint at or before it and the JSON commits after it.
+    from the newest checkpoint at or before it and the JSON commits after it."""
+    return dict(_replayed(location, version).adds)
 
-    A version's active files never change, so the newest replay of each table is kept:
-    a later version only replays the commits after it (a job reads its input at each
-    new sealed version; without this every read replayed the log since the checkpoint).
-    """
+
+def app_transactions(location: str, version: int) -> dict[str, int]:
+    """The latest version of each application's transaction at ``version`` (Delta protocol,
+    "Transaction Identifiers"), by app id, from the same replay as :func:`active_adds`.
+
+    delta-rs' ``transaction_version`` scans the log since the checkpoint on every call:
+    one request per entry on an object store, twice per commit (the fence's checks)."""
+    return dict(_replayed(location, version).txns)
+
+
+def _replayed(location: str, version: int) -> _Replay:
+    """The replay of the log through ``version``.
+
+    A version's actions never change, so the newest replay of each table is kept: a later
+    version only replays the commits after it (a job reads its input at each new sealed
+    version and commits once per epoch; without this every read and commit replayed the
+    log since the checkpoint)."""
     with _replays_lock:
         known = _replays.get(location)
-    adds = None
-    if (
+    replay = None
+    fresh = (
         known is not None
         and known.version <= version
-        and known.stamp == _stamp(location, known.version)
-    ):
+        and entry_stamp(location, known.version) == known.stamp
+    )
+    if known is not None and fresh:
+        if known.version == version:
+            return known
         try:
-            adds = _replay(location, dict(known.adds), known.version + 1, version)
+            replay = _replay(
+                location, dict(known.adds), dict(known.txns), known.version + 1, version
+            )
         except FileNotFoundError:  # entries after the kept replay were cleaned up
-            adds = None
-    if adds is None:
-        adds = _full_replay(location, version)
-    stamp = _stamp(location, version)
+            replay = None
+    adds, txns = replay or _full_replay(location, version)
+    stamp = entry_stamp(location, version)
+    replayed = _Replay(version, stamp, adds, txns)
     with _replays_lock:
         kept = _replays.get(location)
         if stamp is not None and (kept is None or kept.version <= version):
             if kept is None and len(_replays) >= _REPLAYS_KEPT:
                 _replays.pop(next(iter(_replays)))
-            _replays[location] = _Replay(version, stamp, adds)
-    return dict(adds)
+            _replays[location] = replayed
+    return replayed
 
 
 @dataclass(frozen=True)
 class _Replay:
     version: int
-    stamp: tuple[int, int]
+    stamp: tuple[int, int] | None
     """(mtime_ns, size) of the version's log entry: a table deleted and created again at
     the same place has other entries, and its replay starts afresh."""
     adds: dict[str, dict]
+    txns: dict[str, int]
 
 
-def _stamp(location: str, version: int) -> tuple[int, int] | None:
+def entry_stamp(location: str, version: int) -> tuple[int, int] | None:
+    """(mtime_ns, size) of log entry ``version``, None when it has no JSON entry: what tells
+    a state kept of ``version`` from one of a table deleted and created again at the same
+    place (its entries are other files)."""
     if is_local(location):
         try:
             stat = os.stat(os.path.join(location, LOG_DIR, f"{version:020d}.json"))
@@ -158,16 +181,19 @@ def _stamp(location: str, version: int) -> tuple[int, int] | None:
 
 
 _REPLAYS_KEPT = 64
-"""Tables whose newest replay :func:`active_adds` keeps (the oldest kept is dropped)."""
+"""Tables whose newest replay :func:`_replayed` keeps (the oldest kept is dropped)."""
 _replays: dict[str, _Replay] = {}
 _replays_lock = threading.Lock()
 
 
-def _full_replay(location: str, version: int) -> dict[str, dict]:
+def _full_replay(location: str, version: int) -> tuple[dict[str, dict], dict[str, int]]:
     fs, root = filesystem(location)
     commits, checkpoints = log_versions(fs, root)
     start = max((v for v in checkpoints if v <= version), default=None)
-    adds: dict[str, dict] = {} if start is None else _checkpoint_adds(fs, root, start)
+    adds: dict[str, dict] = {}
+    txns: dict[str, int] = {}
+    if start is not None:
+        adds, txns = _checkpoint_actions(fs, root, start)
     first = 0 if start is None else start + 1
     missing = [v for v in range(first, version + 1) if v not in set(commits)]
     if missing:
@@ -176,11 +202,13 @@ def _full_replay(location: str, version: int) -> dict[str, dict]:
             operation="read log",
             reason=f"log entries {missing[:5]} of version {version} are gone",
         )
-    return _replay(location, adds, first, version)
+    return _replay(location, adds, txns, first, version)
 
 
-def _replay(location: str, adds: dict[str, dict], first: int, last: int) -> dict[str, dict]:
-    """``adds`` (changed in place) after the JSON commits ``first`` to ``last``."""
+def _replay(
+    location: str, adds: dict[str, dict], txns: dict[str, int], first: int, last: int
+) -> tuple[dict[str, dict], dict[str, int]]:
+    """``adds`` and ``txns`` (changed in place) after the JSON commits ``first`` to ``last``."""
     fs, root = filesystem(location)
     for v in range(first, last + 1):
         for action in read_actions(fs, root, v):
@@ -188,16 +216,29 @@ def _replay(location: str, adds: dict[str, dict], first: int, last: int) -> dict
                 adds[unquote(action["add"]["path"])] = action["add"]
             elif "remove" in action:
                 adds.pop(unquote(action["remove"]["path"]), None)
-    return adds
+            elif "txn" in action:
+                txns[action["txn"]["appId"]] = int(action["txn"]["version"])
+    return adds, txns
 
 
-def _checkpoint_adds(fs: pafs.FileSystem, root: str, version: int) -> dict[str, dict]:
+def _checkpoint_actions(
+    fs: pafs.FileSystem, root: str, version: int
+) -> tuple[dict[str, dict], dict[str, int]]:
+    """The ``add`` actions (by decoded path) and app transactions of checkpoint ``version``."""
     adds: dict[str, dict] = {}
+    txns: dict[str, int] = {}
     prefix = f"{version:020d}.checkpoint"
     for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}")):
         if not (info.base_name.startswith(prefix) and info.base_name.endswith(".parquet")):
             continue
-        table = pq.read_table(info.path, filesystem=fs, columns=["add"])
+        with fs.open_input_file(info.path) as source:
+            part = pq.ParquetFile(source)
+            columns = [c for c in ("add", "txn") if c in part.schema_arrow.names]
+            table = part.read(columns=columns)
+        if "txn" in columns:
+            for txn in table.column("txn").to_pylist():
+                if txn is not None:
+                    txns[txn["appId"]] = int(txn["version"])
         for row in table.column("add").to_pylist():
             if row is None:
                 continue
@@ -210,7 +251,7 @@ def _checkpoint_adds(fs: pafs.FileSystem, root: str, version: int) -> dict[str, 
                     k: v for k, v in add["deletionVector"].items() if v is not None
                 }
             adds[unquote(add["path"])] = add
-    return adds
+    return adds, txns
 
 
 def commit_actions(location: str, version: int, actions: Sequence[Mapping]) -> None:
@@ -232,8 +273,10 @@ __all__ = [
     "LOG_DIR",
     "LogEntry",
     "active_adds",
+    "app_transactions",
     "commit_actions",
     "deletion_vector",
+    "entry_stamp",
     "log_entry",
     "log_versions",
     "read_actions",

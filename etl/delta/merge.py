@@ -29,7 +29,7 @@ from etl.delta.log import (
     active_files,
     check_supported,
     has_deletion_vectors,
-    open_table,
+    loaded_table,
 )
 from etl.delta.read import FILE_PATH_COLUMN, ROW_INDEX_COLUMN, arrow_rows, scan, spark_schema
 from etl.delta.write import (
@@ -125,59 +125,59 @@ def merge_files(
     location = normalize_location(location)
     if rewrite_all_bytes is None:
         rewrite_all_bytes = REWRITE_ALL_BYTES
-    table = open_table(location, version=version, operation="merge")
-    check_supported(table, location)
-    from pyspark.sql.pandas.types import to_arrow_schema
+    with loaded_table(location, version=version, operation="merge") as table:
+        check_supported(table, location)
+        from pyspark.sql.pandas.types import to_arrow_schema
 
-    expected = [f.name for f in spark_schema(table).fields]
-    # New nullable columns evolve the table; the table's rows read them as null.
-    added = added_columns(table, location, to_arrow_schema(updates.schema, timezone="UTC"))
-    if not keys or any(k not in expected for k in keys):
-        raise InvalidWriteOptionError(
-            table=location,
-            option="keys",
-            reason=f"{list(keys)} must be a non-empty list of the table's columns {list(expected)}",
-        )
-    if strategy not in MERGE_STRATEGIES:
-        raise InvalidWriteOptionError(
-            table=location,
-            option="strategy",
-            reason=f"{strategy!r} is not one of {list(MERGE_STRATEGIES)}",
-        )
-    deleting = strategy == "deletion-vectors"
-    if deleting and not has_deletion_vectors(table):
-        deleting = False
-        if location not in _told_copy_on_write:
-            _told_copy_on_write.add(location)
-            _log.info(
-                "merge into %s: copy-on-write, the table has no deletionVectors feature "
-                "(created before; it is not upgraded silently)",
-                location,
+        expected = [f.name for f in spark_schema(table).fields]
+        # New nullable columns evolve the table; the table's rows read them as null.
+        added = added_columns(table, location, to_arrow_schema(updates.schema, timezone="UTC"))
+        if not keys or any(k not in expected for k in keys):
+            raise InvalidWriteOptionError(
+                table=location,
+                option="keys",
+                reason=f"{list(keys)} must be a non-empty list of the table's columns {list(expected)}",
             )
-    plan = _Merge(
-        spark=spark,
-        location=location,
-        table=table,
-        files=active_files(table),
-        names=[*expected, *(f.name for f in added)],
-        added=tuple(f.name for f in added),
-        keys=list(keys),
-        partition_by=tuple(partition_by),
-        file_prefix=file_prefix,
-        check_unique_keys=check_unique_keys,
-    )
-    if (
-        sum(f.size for f in plan.files) <= rewrite_all_bytes
-        and _known_rows(plan.files) < collect_rows
-    ):
-        merged = plan.rewrite_all(updates, collect_rows)
-        if merged is not None:
-            return merged
-    if deleting:
-        return plan.delete_touched(updates, collect_rows=collect_rows)
-    return plan.rewrite_touched(
-        updates, collect_rows=collect_rows, rewrite_all_bytes=rewrite_all_bytes
-    )
+        if strategy not in MERGE_STRATEGIES:
+            raise InvalidWriteOptionError(
+                table=location,
+                option="strategy",
+                reason=f"{strategy!r} is not one of {list(MERGE_STRATEGIES)}",
+            )
+        deleting = strategy == "deletion-vectors"
+        if deleting and not has_deletion_vectors(table):
+            deleting = False
+            if location not in _told_copy_on_write:
+                _told_copy_on_write.add(location)
+                _log.info(
+                    "merge into %s: copy-on-write, the table has no deletionVectors feature "
+                    "(created before; it is not upgraded silently)",
+                    location,
+                )
+        plan = _Merge(
+            spark=spark,
+            location=location,
+            table=table,
+            files=active_files(table),
+            names=[*expected, *(f.name for f in added)],
+            added=tuple(f.name for f in added),
+            keys=list(keys),
+            partition_by=tuple(partition_by),
+            file_prefix=file_prefix,
+            check_unique_keys=check_unique_keys,
+        )
+        if (
+            sum(f.size for f in plan.files) <= rewrite_all_bytes
+            and _known_rows(plan.files) < collect_rows
+        ):
+            merged = plan.rewrite_all(updates, collect_rows)
+            if merged is not None:
+                return merged
+        if deleting:
+            return plan.delete_touched(updates, collect_rows=collect_rows)
+        return plan.rewrite_touched(
+            updates, collect_rows=collect_rows, rewrite_all_bytes=rewrite_all_bytes
+        )
 
 
 @dataclass(frozen=True)

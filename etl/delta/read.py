@@ -37,7 +37,7 @@ from etl.delta.log import (
     active_files,
     check_supported,
     has_deletion_vectors,
-    open_table,
+    loaded_table,
 )
 from etl.errors import DeltaIOError, FilesRemovedError
 from etl.storage import is_local, spark_io
@@ -315,15 +315,15 @@ def read_table(spark: SparkSession, location: str, *, version: int | None = None
     Parquet are nullable. A version without files gives an empty DataFrame of that schema.
     """
     location = normalize_location(location)
-    table = open_table(location, version=version)
-    check_supported(table, location)
-    try:
-        return scan(spark, location, table, active_files(table))
-    except DeltaIOError as exc:
-        removed = _files_removed(table, location)
-        if removed is None:
-            raise
-        raise removed from exc
+    with loaded_table(location, version=version) as table:
+        check_supported(table, location)
+        try:
+            return scan(spark, location, table, active_files(table))
+        except DeltaIOError as exc:
+            removed = _files_removed(table, location)
+            if removed is None:
+                raise
+            raise removed from exc
 
 
 def read_epochs(
@@ -337,16 +337,16 @@ def read_epochs(
     from pyspark.sql import functions as F
 
     location = normalize_location(location)
-    table = open_table(location, version=version)
-    check_supported(table, location)
-    if EPOCH_COLUMN not in [field.name for field in table.schema().fields]:
-        raise DeltaIOError(
-            table=location,
-            operation="read_epochs",
-            reason=f"the table has no {EPOCH_COLUMN!r} column; use read_table",
-        )
-    files = active_files(table, epochs=(first_epoch, last_epoch))
-    frame = scan(spark, location, table, files)
+    with loaded_table(location, version=version) as table:
+        check_supported(table, location)
+        if EPOCH_COLUMN not in [field.name for field in table.schema().fields]:
+            raise DeltaIOError(
+                table=location,
+                operation="read_epochs",
+                reason=f"the table has no {EPOCH_COLUMN!r} column; use read_table",
+            )
+        files = active_files(table, epochs=(first_epoch, last_epoch))
+        frame = scan(spark, location, table, files)
     return frame.where(F.col(EPOCH_COLUMN).between(first_epoch, last_epoch))
 
 
@@ -363,23 +363,23 @@ def read_arrow(
     only files that may hold them. For small data (tests, notebooks, lightweight readers).
     """
     location = normalize_location(location)
-    table = open_table(location, version=version)
-    check_supported(table, location)
-    try:
-        return arrow_rows(table, location, columns=columns, filter_epochs=filter_epochs)
-    except DeltaIOError as exc:
-        removed = _files_removed(table, location)
-        if removed is None:
-            raise
-        raise removed from exc
+    with loaded_table(location, version=version) as table:
+        check_supported(table, location)
+        try:
+            return arrow_rows(table, location, columns=columns, filter_epochs=filter_epochs)
+        except DeltaIOError as exc:
+            removed = _files_removed(table, location)
+            if removed is None:
+                raise
+            raise removed from exc
 
 
 def missing_files(location: str, version: int) -> list[str]:
     """The data files of the table at ``version`` that are no longer on storage, e.g.
     removed by another tool's VACUUM."""
     location = normalize_location(location)
-    table = open_table(location, version=version)
-    paths = [absolute_path(location, file.path) for file in active_files(table)]
+    with loaded_table(location, version=version) as table:
+        paths = [absolute_path(location, file.path) for file in active_files(table)]
     if is_local(location):
         return [path for path in paths if not os.path.exists(path)]
     found = []

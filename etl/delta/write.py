@@ -69,6 +69,7 @@ from etl.delta.log import (
     check_supported,
     has_deletion_vectors,
     history,
+    loaded_table,
     open_table,
     table_exists,
 )
@@ -76,6 +77,7 @@ from etl.delta.logfile import (
     CHECKPOINT_INTERVAL,
     DELETION_VECTORS,
     active_adds,
+    app_transactions,
     commit_actions,
     deletion_vector,
 )
@@ -754,14 +756,15 @@ class Fence:
 
     def check(self, table: DeltaTable, location: str) -> None:
         """Raise FencedError if ``table`` (one loaded version) records a newer generation."""
-        recorded = table.transaction_version(self.app_id)
+        recorded = self.recorded(table, location)
         if recorded is not None and recorded > self.generation:
             raise FencedError(
                 table=location, job=self.job, generation=self.generation, fenced_at=recorded
             )
 
-    def recorded(self, table: DeltaTable) -> int | None:
-        return table.transaction_version(self.app_id)
+    def recorded(self, table: DeltaTable, location: str) -> int | None:
+        """The generation ``table`` (one loaded version of ``location``) records, if any."""
+        return app_transactions(location, table.version()).get(self.app_id)
 
     def require_claimed(self, table: DeltaTable, location: str) -> None:
         """Raise unless ``table`` (one loaded version) records exactly this generation: a
@@ -769,7 +772,7 @@ class Fence:
         commits only to a table it created or claimed, so a table that another runner of
         the job created or wrote after this one planned is never written on top of."""
         self.check(table, location)
-        recorded = self.recorded(table)
+        recorded = self.recorded(table, location)
         if recorded != self.generation:
             raise UnclaimedTableError(
                 table=location, job=self.job, generation=self.generation, recorded=recorded
@@ -790,7 +793,8 @@ def _committed(location: str, version: int) -> int:
     open of a busy table grows slower with its history."""
     if version > 0 and version % CHECKPOINT_INTERVAL == 0:
         try:
-            open_table(location, version=version, operation="checkpoint").create_checkpoint()
+            with loaded_table(location, version=version, operation="checkpoint") as table:
+                table.create_checkpoint()
         except (DeltaIOError, DeltaError) as exc:  # an optimization: the commit stands
             _log.warning("no checkpoint at version %s of %s: %s", version, location, exc)
     return version
@@ -806,11 +810,11 @@ def _properties(fence: Fence, custom: Mapping[str, Any]) -> CommitProperties:
 
 def _landed(location: str, after: int, commit_id: str) -> int | None:
     """The version after ``after`` that holds the commit ``commit_id``, if it landed."""
-    table = open_table(location, operation="commit")
-    newer = table.version() - after
-    if newer <= 0:
-        return None
-    entries = history(table, location, limit=newer)
+    with loaded_table(location, operation="commit") as table:
+        newer = table.version() - after
+        if newer <= 0:
+            return None
+        entries = history(table, location, limit=newer)
     return next((int(e["version"]) for e in entries if e.get(META_COMMIT_ID) == commit_id), None)
 
 
@@ -825,26 +829,30 @@ def claim_table(location: str, *, fence: Fence) -> int | None:
     for lost in range(_MAX_COMMIT_ROUNDS):
         if not table_exists(location):
             return None
-        table = open_table(location, operation="claim")
-        check_supported(table, location)
-        fence.check(table, location)
-        if fence.recorded(table) == fence.generation:
-            return table.version()
-        try:
-            table.create_write_transaction(
-                [],
-                mode="append",
-                schema=table.schema(),
-                partition_by=list(table.metadata().partition_columns) or None,
-                commit_properties=_properties(fence, {}),
-                post_commithook_properties=_POST_COMMIT,
-            )
-        except CommitFailedError:
+        with loaded_table(location, operation="claim") as table:
+            check_supported(table, location)
+            fence.check(table, location)
+            if fence.recorded(table, location) == fence.generation:
+                return table.version()
+            try:
+                table.create_write_transaction(
+                    [],
+                    mode="append",
+                    schema=table.schema(),
+                    partition_by=list(table.metadata().partition_columns) or None,
+                    commit_properties=_properties(fence, {}),
+                    post_commithook_properties=_POST_COMMIT,
+                )
+            except CommitFailedError:
+                claimed = None
+            except DeltaError as exc:
+                raise DeltaIOError(table=location, operation="claim", reason=str(exc)) from exc
+            else:
+                claimed = table.version() + 1
+        if claimed is None:
             _back_off(lost)
             continue
-        except DeltaError as exc:
-            raise DeltaIOError(table=location, operation="claim", reason=str(exc)) from exc
-        return _committed(location, table.version() + 1)
+        return _committed(location, claimed)
     raise CommitConflictError(
         table=location, reason=f"{_MAX_COMMIT_ROUNDS} claims in a row lost the race"
     )
@@ -950,78 +958,80 @@ def commit_files(
             # below refuses a table this generation did not create or claim).
     first_read: int | None = None
     for lost in range(_MAX_COMMIT_ROUNDS):
-        table = open_table(location, operation="commit")
-        check_supported(table, location)
-        if first_read is not None:
-            landed = _landed(location, first_read, commit_id)
-            if landed is not None:
-                return landed
-        else:
-            first_read = table.version()
-        fence.require_claimed(table, location)
-        replaced = replace_schema and _column_types(table.schema().to_json()) != _column_types(
-            Schema.from_arrow(schema).to_json()
-        )
-        added = [] if replace_schema else added_columns(table, location, schema)
-        if list(partition_by) != list(table.metadata().partition_columns):
-            raise InvalidWriteOptionError(
-                table=location,
-                option="partition_by",
-                reason=f"{list(partition_by)} differs from the table's partition columns "
-                f"{table.metadata().partition_columns}; Delta cannot repartition a table in "
-                "place: keep its partition columns, or write the new layout to a new table",
+        with loaded_table(location, operation="commit") as table:
+            check_supported(table, location)
+            if first_read is not None:
+                landed = _landed(location, first_read, commit_id)
+                if landed is not None:
+                    return landed
+            else:
+                first_read = table.version()
+            fence.require_claimed(table, location)
+            replaced = replace_schema and _column_types(table.schema().to_json()) != _column_types(
+                Schema.from_arrow(schema).to_json()
             )
-        # delta-rs' write transactions carry no metadata change: a commit that adds columns
-        # is our own, like one that sets deletion vectors.
-        if added or replaced or deletes or (removes and has_deletion_vectors(table)):
-            gone = list(active_adds(location, table.version())) if mode == "overwrite" else removes
-            try:
-                _commit_own(
-                    location,
-                    version=table.version() + 1,
-                    actions=[_evolved_metadata(table, added)] * bool(added)
-                    + [_metadata_action(table, json.loads(Schema.from_arrow(schema).to_json()))]
-                    * replaced
-                    + _file_actions(
-                        location, table.version(), gone, deletes, data_change=data_change
-                    ),
-                    files=files,
-                    data_change=data_change,
-                    fence=fence,
-                    custom=custom,
-                    operation="MERGE" if deletes else "WRITE",
+            added = [] if replace_schema else added_columns(table, location, schema)
+            if list(partition_by) != list(table.metadata().partition_columns):
+                raise InvalidWriteOptionError(
+                    table=location,
+                    option="partition_by",
+                    reason=f"{list(partition_by)} differs from the table's partition columns "
+                    f"{table.metadata().partition_columns}; Delta cannot repartition a table in "
+                    "place: keep its partition columns, or write the new layout to a new table",
                 )
-            except FileExistsError:
+            # delta-rs' write transactions carry no metadata change: a commit that adds columns
+            # is our own, like one that sets deletion vectors.
+            if added or replaced or deletes or (removes and has_deletion_vectors(table)):
+                gone = (
+                    list(active_adds(location, table.version())) if mode == "overwrite" else removes
+                )
+                try:
+                    _commit_own(
+                        location,
+                        version=table.version() + 1,
+                        actions=[_evolved_metadata(table, added)] * bool(added)
+                        + [_metadata_action(table, json.loads(Schema.from_arrow(schema).to_json()))]
+                        * replaced
+                        + _file_actions(
+                            location, table.version(), gone, deletes, data_change=data_change
+                        ),
+                        files=files,
+                        data_change=data_change,
+                        fence=fence,
+                        custom=custom,
+                        operation="MERGE" if deletes else "WRITE",
+                    )
+                except FileExistsError:
+                    _back_off(lost)
+                    continue
+                except OSError as exc:
+                    landed = _landed(location, table.version(), commit_id)
+                    if landed is not None:
+                        return landed
+                    raise DeltaIOError(table=location, operation="commit", reason=str(exc)) from exc
+                return _committed(location, table.version() + 1)
+            actions: list[AddAction | RemoveAction] = [
+                *adds,
+                *_remove_actions(table, location, removes, data_change=data_change),
+            ]
+            try:
+                table.create_write_transaction(
+                    actions,
+                    mode=mode,
+                    schema=table.schema(),
+                    partition_by=list(partition_by) or None,
+                    commit_properties=properties,
+                    post_commithook_properties=_POST_COMMIT,
+                )
+            except CommitFailedError:
                 _back_off(lost)
                 continue
-            except OSError as exc:
+            except DeltaError as exc:
                 landed = _landed(location, table.version(), commit_id)
                 if landed is not None:
                     return landed
                 raise DeltaIOError(table=location, operation="commit", reason=str(exc)) from exc
             return _committed(location, table.version() + 1)
-        actions: list[AddAction | RemoveAction] = [
-            *adds,
-            *_remove_actions(table, location, removes, data_change=data_change),
-        ]
-        try:
-            table.create_write_transaction(
-                actions,
-                mode=mode,
-                schema=table.schema(),
-                partition_by=list(partition_by) or None,
-                commit_properties=properties,
-                post_commithook_properties=_POST_COMMIT,
-            )
-        except CommitFailedError:
-            _back_off(lost)
-            continue
-        except DeltaError as exc:
-            landed = _landed(location, table.version(), commit_id)
-            if landed is not None:
-                return landed
-            raise DeltaIOError(table=location, operation="commit", reason=str(exc)) from exc
-        return _committed(location, table.version() + 1)
     raise CommitConflictError(
         table=location, reason=f"{_MAX_COMMIT_ROUNDS} commits in a row lost the race"
     )

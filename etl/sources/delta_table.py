@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING
 
 from catalog import validate_name
 from etl.delta.layout import normalize_location
-from etl.delta.log import active_files, check_supported, open_table, table_exists
+from etl.delta.log import (
+    active_files,
+    check_supported,
+    loaded_table,
+    table_exists,
+)
 from etl.delta.read import scan
 from etl.errors import SourceError
 from etl.sources.base import SliceData, SliceRequest, Source
@@ -42,7 +47,8 @@ class DeltaTableSource(Source):
     def cut(self, request: SliceRequest) -> Mapping[str, object]:
         from_version = (request.previous_bounds or {}).get("to_version")
         if request.sealed is None:
-            return {"from_version": from_version, "to_version": open_table(self.path).version()}
+            with loaded_table(self.path) as table:
+                return {"from_version": from_version, "to_version": table.version()}
         sealed = request.sealed.version
         if sealed is None or (isinstance(from_version, int) and sealed <= from_version):
             return {"from_version": from_version, "to_version": from_version}
@@ -54,32 +60,35 @@ class DeltaTableSource(Source):
         assert to_version is None or isinstance(to_version, int)
         if to_version is None or to_version == from_version:
             # An empty slice, with the columns of the version it stays at (or the latest).
-            table = open_table(self.path, version=to_version)
-            return SliceData(rows=scan(spark, self.path, table, []))
-        table = open_table(self.path, version=to_version)
-        check_supported(table, self.path)
-        files = active_files(table)
+            with loaded_table(self.path, version=to_version) as table:
+                return SliceData(rows=scan(spark, self.path, table, []))
+        before: dict = {}
         if from_version is not None:
             assert isinstance(from_version, int)
-            before = {
-                f.path: f.deletion_vector
-                for f in active_files(open_table(self.path, version=from_version))
-            }
-            after = {f.path for f in files}
-            # A file whose deletion vector changed had rows deleted: not append-only either.
-            removed = set(before) - after | {
-                f.path for f in files if f.path in before and before[f.path] != f.deletion_vector
-            }
-            if removed:
-                raise SourceError(
-                    source=self.name,
-                    problem=f"versions {from_version}..{to_version} of {self.path} removed "
-                    f"{len(removed)} file(s) or rows of them (e.g. {sorted(removed)[0]}): the "
-                    "source must be "
-                    "append-only; read it with a snapshot job instead",
-                )
-            files = [f for f in files if f.path not in before]
-        return SliceData(rows=scan(spark, self.path, table, files))
+            with loaded_table(self.path, version=from_version) as table:
+                before = {f.path: f.deletion_vector for f in active_files(table)}
+        with loaded_table(self.path, version=to_version) as table:
+            check_supported(table, self.path)
+            files = active_files(table)
+            if from_version is not None:
+                after = {f.path for f in files}
+                # A file whose deletion vector changed had rows deleted: not append-only
+                # either.
+                removed = set(before) - after | {
+                    f.path
+                    for f in files
+                    if f.path in before and before[f.path] != f.deletion_vector
+                }
+                if removed:
+                    raise SourceError(
+                        source=self.name,
+                        problem=f"versions {from_version}..{to_version} of {self.path} removed "
+                        f"{len(removed)} file(s) or rows of them (e.g. {sorted(removed)[0]}): the "
+                        "source must be "
+                        "append-only; read it with a snapshot job instead",
+                    )
+                files = [f for f in files if f.path not in before]
+            return SliceData(rows=scan(spark, self.path, table, files))
 
 
 __all__ = [

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.s3_requests import RequestLog, start_moto
 
 
 def _free_port() -> int:
@@ -45,36 +44,28 @@ def pytest_configure(config) -> None:
         os.environ.pop(name, None)
 
 
-def _wait_until_up(proc: subprocess.Popen) -> None:
-    host, port = ENDPOINT.removeprefix("http://").split(":")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"moto_server exited with {proc.returncode}")
-        try:
-            socket.create_connection((host, int(port)), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"moto_server did not listen on {ENDPOINT}")
+@pytest.fixture(scope="session")
+def s3_access_log(tmp_path_factory) -> Path:
+    """The file the server logs every request it answers to."""
+    return tmp_path_factory.mktemp("moto") / "access.log"
 
 
 @pytest.fixture(scope="session")
-def s3_server() -> Iterator[str]:
+def s3_server(s3_access_log: Path) -> Iterator[str]:
     """The endpoint of a running S3-compatible server (stopped after the session)."""
-    moto = Path(sys.executable).with_name("moto_server")
-    host, port = ENDPOINT.removeprefix("http://").split(":")
-    proc = subprocess.Popen(
-        [str(moto), "-H", host, "-p", port],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with open(s3_access_log, "wb") as stream:
+        proc = start_moto(int(ENDPOINT.rsplit(":", 1)[1]), stream)
     try:
-        _wait_until_up(proc)
         yield ENDPOINT
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture
+def s3_requests(s3_access_log: Path, s3_bucket: str) -> RequestLog:
+    """The requests the server answers for ``s3_bucket`` from now on, by kind."""
+    return RequestLog(s3_access_log, bucket=s3_bucket.removeprefix("s3://"))
 
 
 @pytest.fixture
