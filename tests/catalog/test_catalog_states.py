@@ -396,16 +396,16 @@ def test_table_status(chain):
 
 
 def test_every_transition_goes_through_the_one_state_machine(chain, monkeypatch):
-    import catalog.sql
-    import catalog.states
+    import catalog.states.sql
+    import consistency.states
 
     calls = []
 
     def spy(table, epoch, current, requested, **attempts):
         calls.append((table, epoch, current, requested))
-        return catalog.states.check_transition(table, epoch, current, requested, **attempts)
+        return consistency.states.check_transition(table, epoch, current, requested, **attempts)
 
-    monkeypatch.setattr(catalog.sql, "check_transition", spy)
+    monkeypatch.setattr(catalog.states.sql, "check_transition", spy)
     e1, e2, e3 = open_epochs(chain, 3)
     processed(chain, "raw", e1, 1)
     chain.catalog.mark_rolled_back("raw", e1, job="ingest", generation=1, reason="x")

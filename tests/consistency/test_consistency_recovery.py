@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.models import EpochState, TableEpoch
 from consistency import (
     BEFORE_FIRST_VERSION,
     DATA_NEUTRAL_OPERATIONS,
@@ -29,6 +28,7 @@ from consistency import (
     check_transition,
     plan_recovery,
 )
+from consistency.records import EpochState, TableEpoch
 
 TABLE, JOB = "orders", "load_orders"
 P, W, RB, C = (

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from catalog.errors import EpochStateError
-from catalog.models import EpochState
 from consistency import LEGAL_TRANSITIONS, check_transition, global_state
+from consistency.errors import EpochStateError
+from consistency.records import EpochState
 
 P, W, RB, C = (
     EpochState.PROCESSED,
@@ -85,13 +85,12 @@ def test_global_state():
     assert global_state({}) == "OPEN"
 
 
-def test_the_state_machine_is_defined_once_in_the_catalog():
-    import catalog.states
+def test_the_state_machine_is_defined_once_in_consistency():
+    import catalog
     import consistency.states
 
-    assert consistency.states.LEGAL_TRANSITIONS is catalog.states.LEGAL_TRANSITIONS
-    assert consistency.states.check_transition is catalog.states.check_transition
-    assert LEGAL_TRANSITIONS is catalog.states.LEGAL_TRANSITIONS
+    assert catalog.LEGAL_TRANSITIONS is consistency.states.LEGAL_TRANSITIONS
+    assert catalog.check_transition is consistency.states.check_transition
 
 
 def test_skip_resolution_sequence_is_legal():
