@@ -25,7 +25,6 @@ import sqlalchemy as sa
 
 from catalog.dialect import DIALECTS, Backend, Dialect
 from catalog.errors import (
-    CatalogNotFoundError,
     CatalogReadOnlyError,
     CatalogUnavailableError,
     CatalogUrlError,
@@ -136,43 +135,22 @@ class Database:
         self.dialect: Dialect = DIALECTS[backend]
         self.url = sa_url.render_as_string(hide_password=True)
         self.sa_url = sa_url
-        self._in_memory = backend == "sqlite" and not sa_url.database
-        self.read_only = self._decide_read_only(read_only, create=create)
+        try:
+            self.read_only = self.dialect.opens_read_only(
+                sa_url, requested=read_only, create=create
+            )
+        except OSError as exc:
+            raise self.unavailable(exc) from None
         # One shared connection in memory: operations from several threads take turns.
-        self._thread_lock = threading.RLock() if self._in_memory else nullcontext()
-        if backend == "sqlite" and not self._in_memory and not self.read_only:
-            try:
-                Path(sa_url.database or "").parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise self.unavailable(exc) from None
+        in_memory = self.dialect.in_memory(sa_url)
+        self._thread_lock = threading.RLock() if in_memory else nullcontext()
         self.engine, self._autocommit_engine = self.dialect.engines(
-            sa_url, in_memory=self._in_memory, read_only=self.read_only
+            sa_url, read_only=self.read_only
         )
 
     @property
     def backend(self) -> Backend:
         return self.dialect.name
-
-    def _decide_read_only(self, requested: bool | None, *, create: bool) -> bool:
-        if self.backend != "sqlite" or self._in_memory:
-            if requested:
-                raise CatalogUrlError(
-                    url=self.url, reason="only a SQLite catalog file can be opened read-only"
-                )
-            if self._in_memory and not create:
-                raise CatalogNotFoundError(
-                    backend="sqlite", where="an in-memory catalog (always new and empty)"
-                )
-            return False
-        path = Path(self.sa_url.database or "")
-        if not path.exists():
-            if not create:
-                raise CatalogNotFoundError(backend="sqlite", where=f"the SQLite file {path}")
-            return bool(requested)
-        if requested is not None:
-            return requested
-        # WAL mode needs to create the -wal and -shm files beside the database.
-        return not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
 
     def unavailable(self, exc: BaseException) -> CatalogUnavailableError:
         """CatalogUnavailableError for a database error ``exc``, its password masked."""

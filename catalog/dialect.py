@@ -8,6 +8,7 @@ newest row per name is fetched, which engines are opened) it asks :class:`Dialec
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from sqlalchemy.pool import QueuePool, StaticPool
 
+from catalog.errors import CatalogNotFoundError, CatalogUrlError
 from consistency.timestamps import as_utc
 
 Backend = Literal["sqlite", "postgresql"]
@@ -36,10 +38,18 @@ class Dialect(ABC):
 
     name: Backend
 
+    def in_memory(self, url: sa.URL) -> bool:
+        """Whether the catalog at ``url`` lives in this process's memory."""
+        return False
+
     @abstractmethod
-    def engines(
-        self, url: sa.URL, *, in_memory: bool, read_only: bool
-    ) -> tuple[sa.Engine, sa.Engine]:
+    def opens_read_only(self, url: sa.URL, *, requested: bool | None, create: bool) -> bool:
+        """Whether the catalog at ``url`` opens read-only (``requested`` if given);
+        CatalogNotFoundError if it does not exist and may not be created, and creating
+        what it needs (a directory) if it may."""
+
+    @abstractmethod
+    def engines(self, url: sa.URL, *, read_only: bool) -> tuple[sa.Engine, sa.Engine]:
         """The engine of transactions and the engine of one-statement reads."""
 
     @abstractmethod
@@ -83,9 +93,35 @@ class Dialect(ABC):
 class SqliteDialect(Dialect):
     name: Backend = "sqlite"
 
-    def engines(
-        self, url: sa.URL, *, in_memory: bool, read_only: bool
-    ) -> tuple[sa.Engine, sa.Engine]:
+    def in_memory(self, url: sa.URL) -> bool:
+        return not url.database
+
+    def opens_read_only(self, url: sa.URL, *, requested: bool | None, create: bool) -> bool:
+        if self.in_memory(url):
+            if requested:
+                raise CatalogUrlError(
+                    url=url.render_as_string(hide_password=True),
+                    reason="only a SQLite catalog file can be opened read-only",
+                )
+            if not create:
+                raise CatalogNotFoundError(
+                    backend="sqlite", where="an in-memory catalog (always new and empty)"
+                )
+            return False
+        path = Path(url.database or "")
+        if not path.exists():
+            if not create:
+                raise CatalogNotFoundError(backend="sqlite", where=f"the SQLite file {path}")
+            if not requested:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            return bool(requested)
+        if requested is not None:
+            return requested
+        # WAL mode needs to create the -wal and -shm files beside the database.
+        return not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
+
+    def engines(self, url: sa.URL, *, read_only: bool) -> tuple[sa.Engine, sa.Engine]:
+        in_memory = self.in_memory(url)
         if in_memory:
             engine = sa.create_engine(
                 "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
@@ -185,9 +221,15 @@ def _read_only_connection(path: Path) -> sqlite3.Connection:
 class PostgresDialect(Dialect):
     name: Backend = "postgresql"
 
-    def engines(
-        self, url: sa.URL, *, in_memory: bool, read_only: bool
-    ) -> tuple[sa.Engine, sa.Engine]:
+    def opens_read_only(self, url: sa.URL, *, requested: bool | None, create: bool) -> bool:
+        if requested:
+            raise CatalogUrlError(
+                url=url.render_as_string(hide_password=True),
+                reason="only a SQLite catalog file can be opened read-only",
+            )
+        return False
+
+    def engines(self, url: sa.URL, *, read_only: bool) -> tuple[sa.Engine, sa.Engine]:
         # pool_pre_ping: a pooled session the server ended (a restart, a failover, an
         # idle timeout) is replaced at checkout instead of failing the next statement.
         engine = sa.create_engine(

@@ -49,10 +49,6 @@ class RetentionStore(ABC):
         """Pins not expired at ``now`` (default: the catalog's clock), oldest first."""
 
     @abstractmethod
-    def purge_expired_pins(self) -> int:
-        """Delete expired pins; returns how many."""
-
-    @abstractmethod
     def create_tag(
         self, name: str, *, epoch: int, versions: Mapping[str, int], pipeline: str | None
     ) -> Tag:

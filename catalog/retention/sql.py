@@ -40,6 +40,7 @@ from catalog.schema import (
 )
 from catalog.store import SqlStore, json_text
 from consistency.records import PIPELINE_DEFAULT
+from consistency.retention import expirable
 from consistency.timestamps import as_utc
 
 
@@ -144,12 +145,6 @@ class SqlRetentionStore(SqlStore, RetentionStore):
             rows = conn.execute(sa.select(p).where(p.c.expires_at > at).order_by(p.c.created_at))
             return [self._pin(row) for row in rows]
 
-    def purge_expired_pins(self) -> int:
-        with self._write() as conn:
-            return conn.execute(
-                pins_table.delete().where(pins_table.c.expires_at <= self._now(conn))
-            ).rowcount
-
     @staticmethod
     def _tag(row: Any) -> Tag:
         return Tag(
@@ -229,14 +224,14 @@ class SqlRetentionStore(SqlStore, RetentionStore):
                     )
             # Under the write lock: a pin or tag made before this point protects its epoch;
             # one made after it sees the expiry and fails with EpochExpiredError.
-            kept = set(
+            pinned = set(
                 conn.execute(
                     sa.select(p.c.epoch).where(p.c.epoch.in_(wanted), p.c.expires_at > now)
                 ).scalars()
             )
-            kept |= set(conn.execute(sa.select(t.c.epoch).where(t.c.epoch.in_(wanted))).scalars())
-            kept |= set(conn.execute(sa.select(x.c.epoch).where(x.c.epoch.in_(wanted))).scalars())
-            expired = [epoch for epoch in wanted if epoch not in kept]
+            tagged = set(conn.execute(sa.select(t.c.epoch).where(t.c.epoch.in_(wanted))).scalars())
+            already = set(conn.execute(sa.select(x.c.epoch).where(x.c.epoch.in_(wanted))).scalars())
+            expired = expirable(set(wanted) - already, pinned=pinned, tagged=tagged)
             if expired:
                 conn.execute(
                     x.insert(), [{"epoch": ep, "rule": rule, "expired_at": now} for ep in expired]
