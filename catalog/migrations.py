@@ -96,20 +96,20 @@ def stored_version(conn: sa.Connection) -> int:
     return int(value)
 
 
-def upgrade(conn: sa.Connection) -> int:
+def migrate(conn: sa.Connection) -> int:
     """Migrate the catalog to SCHEMA_VERSION inside the write transaction ``conn``; the
     version it had."""
     found = stored_version(conn)
     if found > SCHEMA_VERSION:
         raise SchemaVersionError(found=found, expected=SCHEMA_VERSION)
     for version in range(found + 1, SCHEMA_VERSION + 1):
-        migrate = MIGRATIONS.get(version)
-        if migrate is None:
+        step = MIGRATIONS.get(version)
+        if step is None:
             raise CatalogError(
                 f"no migration from catalog schema version {version - 1} to {version}; "
                 "this catalog cannot be upgraded in place: recreate it"
             )
-        migrate(conn)
+        step(conn)
     conn.execute(
         meta_table.update()
         .where(meta_table.c.key == META_SCHEMA_VERSION)

@@ -13,13 +13,13 @@ import os
 
 import sqlalchemy as sa
 
-from catalog import migrations
 from catalog.base import SCHEMA_VERSION, Catalog
 from catalog.connection import CATALOG_FILE_NAME, Database, catalog_url
 from catalog.dialect import Backend
 from catalog.epochs.sql import SqlEpochStore
 from catalog.errors import CatalogNotFoundError, SchemaVersionError
 from catalog.leases.sql import SqlLeaseStore
+from catalog.migrations import migrate, stored_version
 from catalog.records.sql import SqlRecordStore
 from catalog.registry.sql import SqlRegistryStore
 from catalog.retention.sql import SqlRetentionStore
@@ -83,13 +83,13 @@ class SqlCatalog(
     def _open_schema(self, check: bool, *, create: bool) -> None:
         with self._read() as conn:
             exists = sa.inspect(conn).has_table(meta_table.name)
-            found = migrations.stored_version(conn) if exists else None
+            found = stored_version(conn) if exists else None
             if found is None and not create:
                 raise CatalogNotFoundError(backend=self.backend, where=self._db.where(conn))
         if found is None:
             with self._write() as conn:
                 if sa.inspect(conn).has_table(meta_table.name):
-                    found = migrations.stored_version(conn)
+                    found = stored_version(conn)
                 else:
                     metadata.create_all(conn)
                     conn.execute(
@@ -104,7 +104,7 @@ class SqlCatalog(
 
     def upgrade(self) -> int:
         with self._write() as conn:
-            return migrations.upgrade(conn)
+            return migrate(conn)
 
     def close(self) -> None:
         self._db.close()

@@ -45,7 +45,7 @@ class StateStore(ABC):
         after this, every active (non-retired) table of the epoch's pipeline responsible
         for the epoch has it WRITTEN, the COMMIT manifest is recorded in the same
         transaction and returned. Every transition is checked by
-        :func:`catalog.states.check_transition`.
+        :func:`consistency.states.check_transition`.
         """
 
     @abstractmethod
