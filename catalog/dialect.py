@@ -98,11 +98,7 @@ class SqliteDialect(Dialect):
 
     def opens_read_only(self, url: sa.URL, *, requested: bool | None, create: bool) -> bool:
         if self.in_memory(url):
-            if requested:
-                raise CatalogUrlError(
-                    url=url.render_as_string(hide_password=True),
-                    reason="only a SQLite catalog file can be opened read-only",
-                )
+            _refuse_read_only(url, requested)
             if not create:
                 raise CatalogNotFoundError(
                     backend="sqlite", where="an in-memory catalog (always new and empty)"
@@ -198,6 +194,14 @@ class SqliteDialect(Dialect):
         )
 
 
+def _refuse_read_only(url: sa.URL, requested: bool | None) -> None:
+    if requested:
+        raise CatalogUrlError(
+            url=url.render_as_string(hide_password=True),
+            reason="only a SQLite catalog file can be opened read-only",
+        )
+
+
 def _read_only_connection(path: Path) -> sqlite3.Connection:
     uri = "file:" + quote(str(path))
     conn = sqlite3.connect(
@@ -222,11 +226,7 @@ class PostgresDialect(Dialect):
     name: Backend = "postgresql"
 
     def opens_read_only(self, url: sa.URL, *, requested: bool | None, create: bool) -> bool:
-        if requested:
-            raise CatalogUrlError(
-                url=url.render_as_string(hide_password=True),
-                reason="only a SQLite catalog file can be opened read-only",
-            )
+        _refuse_read_only(url, requested)
         return False
 
     def engines(self, url: sa.URL, *, read_only: bool) -> tuple[sa.Engine, sa.Engine]:

@@ -66,38 +66,37 @@ def check_transition(
     """
     current = EpochState(current) if current is not None else None
     requested = EpochState(requested)
-    if requested not in LEGAL_TRANSITIONS[current]:
-        if current in (EpochState.WRITTEN, EpochState.COALESCED):
-            why = f"{current} is final"
-        else:
-            allowed = ", ".join(sorted(LEGAL_TRANSITIONS[current]))
-            why = f"from {current or 'no state'} only {allowed} may follow"
+    why = _transition_refused(current, requested, attempt, current_attempt)
+    if why is not None:
         raise EpochStateError(
             table=table, epoch=epoch, current=current, requested=requested, why=why
         )
+
+
+def _transition_refused(
+    current: EpochState | None,
+    requested: EpochState,
+    attempt: int | None,
+    current_attempt: int | None,
+) -> str | None:
+    """Why ``current`` may not become ``requested``, or None if it may."""
+    if requested not in LEGAL_TRANSITIONS[current]:
+        if current in (EpochState.WRITTEN, EpochState.COALESCED):
+            return f"{current} is final"
+        allowed = ", ".join(sorted(LEGAL_TRANSITIONS[current]))
+        return f"from {current or 'no state'} only {allowed} may follow"
     if current is EpochState.ROLLED_BACK and requested is EpochState.PROCESSED:
         if attempt is None or current_attempt is None or attempt <= current_attempt:
-            raise EpochStateError(
-                table=table,
-                epoch=epoch,
-                current=current,
-                requested=requested,
-                why=(
-                    f"a replay must carry an attempt higher than the rolled-back attempt "
-                    f"{current_attempt}, got {attempt}"
-                ),
+            return (
+                f"a replay must carry an attempt higher than the rolled-back attempt "
+                f"{current_attempt}, got {attempt}"
             )
     elif attempt is not None and current_attempt is not None and attempt < current_attempt:
-        raise EpochStateError(
-            table=table,
-            epoch=epoch,
-            current=current,
-            requested=requested,
-            why=(
-                f"attempt {attempt} is older than the recorded attempt {current_attempt}; "
-                "a superseded instance may not act on this epoch"
-            ),
+        return (
+            f"attempt {attempt} is older than the recorded attempt {current_attempt}; "
+            "a superseded instance may not act on this epoch"
         )
+    return None
 
 
 def global_state(states: Mapping[str, EpochState | None]) -> GlobalState:
@@ -131,18 +130,11 @@ def check_seal(
     a batch starts at an epoch between 1 and the one it seals.
     """
     if latest_written is not None and latest_written > epoch:
-        raise EpochStateError(
-            table=table,
-            epoch=epoch,
-            current=current,
-            requested=EpochState.WRITTEN,
-            why=f"epoch {latest_written} is already WRITTEN and WRITTEN epochs must increase",
-        )
-    if not 1 <= first_epoch <= epoch:
-        raise EpochStateError(
-            table=table,
-            epoch=epoch,
-            current=current,
-            requested=EpochState.WRITTEN,
-            why=f"a batch must start at an epoch between 1 and {epoch}, not {first_epoch}",
-        )
+        why = f"epoch {latest_written} is already WRITTEN and WRITTEN epochs must increase"
+    elif not 1 <= first_epoch <= epoch:
+        why = f"a batch must start at an epoch between 1 and {epoch}, not {first_epoch}"
+    else:
+        return
+    raise EpochStateError(
+        table=table, epoch=epoch, current=current, requested=EpochState.WRITTEN, why=why
+    )
