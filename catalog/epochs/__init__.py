@@ -1,1 +1,4 @@
-"""Epochs (barriers) and the source slices recorded for them: the interface (base.py) and its SQL implementation (sql.py)."""
+"""Epochs (barriers) and the source slices recorded for them.
+
+The interface (base.py) and its SQL implementation (sql.py).
+"""

@@ -6,9 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from datetime import datetime
 
-from catalog.models import (
-    SourceSlice,
-)
+from catalog.models import SourceSlice
 from consistency.records import PIPELINE_DEFAULT, Epoch
 
 

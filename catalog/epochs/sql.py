@@ -1,4 +1,4 @@
-"""Epochs (barriers) and the source slices recorded for them. In SQL (SQLite and PostgreSQL)."""
+"""Epochs (barriers) and the source slices recorded for them. In SQL."""
 
 from __future__ import annotations
 
@@ -10,17 +10,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from catalog.epochs.base import EpochStore
-from catalog.errors import (
-    SliceConflictError,
-)
-from catalog.models import (
-    SourceSlice,
-    validate_name,
-)
-from catalog.schema import (
-    epochs_table,
-    source_slices_table,
-)
+from catalog.errors import SliceConflictError
+from catalog.models import SourceSlice, validate_name
+from catalog.schema import epochs_table, source_slices_table
 from catalog.store import SqlStore, json_text
 from consistency.records import PIPELINE_DEFAULT, Epoch
 from consistency.timestamps import as_utc

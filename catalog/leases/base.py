@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from catalog.models import (
-    Lease,
-)
+from catalog.models import Lease
 
 
 class LeaseStore(ABC):

@@ -1,4 +1,7 @@
-"""Job leases: one live instance per job, fenced by the lease's generation. In SQL (SQLite and PostgreSQL)."""
+"""Job leases: one live instance per job, fenced by the lease's generation.
+
+In SQL, on SQLite and PostgreSQL alike (see catalog.dialect).
+"""
 
 from __future__ import annotations
 
@@ -7,19 +10,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from catalog.errors import (
-    LeaseError,
-    LeaseHeldError,
-    RetiredError,
-    StaleLeaseError,
-)
+from catalog.errors import LeaseError, LeaseHeldError, RetiredError, StaleLeaseError
 from catalog.leases.base import LeaseStore
-from catalog.models import (
-    Lease,
-)
-from catalog.schema import (
-    leases_table,
-)
+from catalog.models import Lease
+from catalog.schema import leases_table
 from catalog.store import SqlStore
 
 

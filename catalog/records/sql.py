@@ -1,4 +1,7 @@
-"""Validations, job failures, resolutions of blocked epochs, and the status report. In SQL (SQLite and PostgreSQL)."""
+"""Validations, job failures, resolutions of blocked epochs, and the status report.
+
+In SQL, on SQLite and PostgreSQL alike (see catalog.dialect).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from catalog.errors import (
-    CatalogError,
-    PipelineMismatchError,
-    WriterMismatchError,
-)
+from catalog.errors import CatalogError, PipelineMismatchError, WriterMismatchError
 from catalog.models import (
     FAILURE_MESSAGE_MAX_CHARS,
     JobFailureRecord,

@@ -1,4 +1,7 @@
-"""Pipelines, tables, jobs and lineage: what is registered, and retiring it. In SQL (SQLite and PostgreSQL)."""
+"""Pipelines, tables, jobs and lineage: what is registered, and retiring it.
+
+In SQL, on SQLite and PostgreSQL alike (see catalog.dialect).
+"""
 
 from __future__ import annotations
 

@@ -6,11 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from catalog.models import (
-    EpochExpiry,
-    Pin,
-    Tag,
-)
+from catalog.models import EpochExpiry, Pin, Tag
 
 
 class RetentionStore(ABC):

@@ -1,4 +1,4 @@
-"""Retention: pins, tags, expired epochs and retention policies. In SQL (SQLite and PostgreSQL)."""
+"""Retention: pins, tags, expired epochs and retention policies. In SQL."""
 
 from __future__ import annotations
 
@@ -22,12 +22,7 @@ from catalog.errors import (
     UnknownPipelineError,
     UnknownTagError,
 )
-from catalog.models import (
-    EpochExpiry,
-    Pin,
-    Tag,
-    validate_tag_name,
-)
+from catalog.models import EpochExpiry, Pin, Tag, validate_tag_name
 from catalog.retention.base import RetentionStore
 from catalog.schema import (
     META_RETENTION_POLICY,

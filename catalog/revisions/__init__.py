@@ -1,1 +1,4 @@
-"""Revisions (etl recompute): begun, switched at once, or discarded: the interface (base.py) and its SQL implementation (sql.py)."""
+"""Revisions (etl recompute): begun, switched at once, or discarded.
+
+The interface (base.py) and its SQL implementation (sql.py).
+"""

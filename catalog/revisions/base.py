@@ -5,9 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 
-from catalog.models import (
-    SealRequest,
-)
+from catalog.models import SealRequest
 from consistency.records import Revision, TableEpoch
 
 

@@ -1,4 +1,7 @@
-"""Revisions (etl recompute): begun, switched at once, or discarded. In SQL (SQLite and PostgreSQL)."""
+"""Revisions (etl recompute): begun, switched at once, or discarded.
+
+In SQL, on SQLite and PostgreSQL alike (see catalog.dialect).
+"""
 
 from __future__ import annotations
 
@@ -8,13 +11,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from catalog.errors import (
-    RevisionStateError,
-    UnknownRevisionError,
-)
-from catalog.models import (
-    SealRequest,
-)
+from catalog.errors import RevisionStateError, UnknownRevisionError
+from catalog.models import SealRequest
 from catalog.revisions.base import RevisionStore
 from catalog.schema import (
     commits_table,

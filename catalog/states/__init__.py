@@ -1,1 +1,4 @@
-"""Epoch states of each table, seals and COMMIT manifests: the interface (base.py) and its SQL implementation (sql.py)."""
+"""Epoch states of each table, seals and COMMIT manifests.
+
+The interface (base.py) and its SQL implementation (sql.py).
+"""

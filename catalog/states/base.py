@@ -5,10 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 
-from catalog.models import (
-    CommitManifest,
-    SealRequest,
-)
+from catalog.models import CommitManifest, SealRequest
 from consistency.records import TableEpoch
 
 

@@ -1,4 +1,4 @@
-"""Epoch states of each table, seals and COMMIT manifests. In SQL (SQLite and PostgreSQL)."""
+"""Epoch states of each table, seals and COMMIT manifests. In SQL."""
 
 from __future__ import annotations
 
@@ -8,19 +8,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from catalog.errors import (
-    EpochStateError,
-)
-from catalog.models import (
-    CommitManifest,
-    SealRequest,
-)
-from catalog.schema import (
-    commits_table,
-    epoch_history_table,
-    epochs_table,
-    table_epochs_table,
-)
+from catalog.errors import EpochStateError
+from catalog.models import CommitManifest, SealRequest
+from catalog.schema import commits_table, epoch_history_table, epochs_table, table_epochs_table
 from catalog.states.base import StateStore
 from catalog.store import SqlStore
 from consistency.records import EpochState, TableEpoch
