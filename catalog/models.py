@@ -1,4 +1,8 @@
-"""Immutable values stored in and returned by the catalog."""
+"""Immutable values stored in and returned by the catalog.
+
+The values the consistency rules read (epochs, epoch states, revisions) are defined in
+:mod:`consistency.records`, the bottom layer, and exported by :mod:`catalog` too.
+"""
 
 from __future__ import annotations
 
