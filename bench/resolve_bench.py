@@ -98,7 +98,7 @@ def expected_repeatable_read_epoch(epochs: int) -> int:
     return epochs - 4
 
 
-# SQLAlchemy's SQLite DATETIME storage format (naive UTC, see catalog.sql.UtcDateTime).
+# SQLAlchemy's SQLite DATETIME storage format (naive UTC, see catalog.schema.UtcDateTime).
 _SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"
 
 _SQLITE_SERIES = (

@@ -4,6 +4,7 @@ Open one with :func:`load_catalog`; every state change is one database transacti
 """
 
 from catalog.base import SCHEMA_VERSION, Catalog
+from catalog.connection import mask_url, url_password
 from catalog.errors import (
     CatalogError,
     CatalogNotFoundError,
@@ -44,11 +45,8 @@ from catalog.errors import (
 from catalog.factory import load_catalog
 from catalog.models import (
     FAILURE_MESSAGE_MAX_CHARS,
-    PIPELINE_DEFAULT,
     CommitManifest,
-    Epoch,
     EpochExpiry,
-    EpochState,
     JobFailureRecord,
     JobInfo,
     JobSpec,
@@ -59,11 +57,8 @@ from catalog.models import (
     Resolution,
     ResolutionAction,
     RetiredPipeline,
-    Revision,
-    RevisionState,
     SealRequest,
     SourceSlice,
-    TableEpoch,
     TableInfo,
     TableKind,
     TableSpec,
@@ -73,9 +68,17 @@ from catalog.models import (
     WriteMode,
     validate_name,
 )
-from catalog.sql import SqlCatalog, mask_url, url_password
-from catalog.states import LEGAL_TRANSITIONS, check_transition
-from catalog.timestamps import as_utc
+from catalog.sql import SqlCatalog
+from consistency.records import (
+    PIPELINE_DEFAULT,
+    Epoch,
+    EpochState,
+    Revision,
+    RevisionState,
+    TableEpoch,
+)
+from consistency.states import LEGAL_TRANSITIONS, check_transition
+from consistency.timestamps import as_utc
 
 __all__ = [
     "as_utc",

@@ -1,21 +1,21 @@
-"""The one exception hierarchy of Delta Barrier.
+"""The catalog's errors, under the one root :class:`DeltaBarrierError`.
 
-Every error the project raises derives from :class:`DeltaBarrierError`. Errors carry
-the table, job or epoch they concern as attributes, so callers can act on them
-without parsing messages.
+The root, :class:`CatalogError` and the errors the consistency rules raise are defined
+in :mod:`consistency.errors` (the bottom layer) and re-exported here. Errors carry the
+table, job or epoch they concern as attributes, so callers can act on them without
+parsing messages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-
-class DeltaBarrierError(Exception):
-    """Root of every error raised by Delta Barrier."""
-
-
-class CatalogError(DeltaBarrierError):
-    """A problem with the catalog (the metadata store)."""
+from consistency.errors import CatalogError as CatalogError
+from consistency.errors import DeltaBarrierError as DeltaBarrierError
+from consistency.errors import EpochExpiredError as EpochExpiredError
+from consistency.errors import EpochStateError as EpochStateError
+from consistency.errors import RetentionError as RetentionError
+from consistency.errors import UnknownEpochError as UnknownEpochError
 
 
 class CatalogUnavailableError(CatalogError):
@@ -245,12 +245,6 @@ class SliceConflictError(CatalogError):
         )
 
 
-class UnknownEpochError(CatalogError):
-    def __init__(self, epoch: int):
-        self.epoch = epoch
-        super().__init__(f"epoch {epoch} has not been issued by this catalog")
-
-
 class ForeignEpochError(CatalogError):
     """An epoch of one pipeline was used with a table or job of another."""
 
@@ -283,23 +277,6 @@ class WriterMismatchError(CatalogError):
         self.job = job
         self.writer = writer
         super().__init__(f"table {table!r} is written by job {writer!r}, not by job {job!r}")
-
-
-class EpochStateError(CatalogError):
-    """An epoch state transition that the state machine does not allow."""
-
-    def __init__(
-        self, *, table: str, epoch: int, current: str | None, requested: str, why: str = ""
-    ):
-        self.table = table
-        self.epoch = epoch
-        self.current = current
-        self.requested = requested
-        detail = f": {why}" if why else ""
-        super().__init__(
-            f"table {table!r} epoch {epoch}: cannot go from {current or 'no state'} "
-            f"to {requested}{detail}"
-        )
 
 
 class LeaseError(CatalogError):
@@ -337,23 +314,6 @@ class CatalogUrlError(CatalogError):
     def __init__(self, *, url: str, reason: str):
         self.url = url
         super().__init__(f"cannot use catalog URL {url!r}: {reason}")
-
-
-class RetentionError(CatalogError):
-    """A problem with pins, tags or expired epochs."""
-
-
-class EpochExpiredError(RetentionError):
-    """The epoch expired under the retention policy: it cannot be pinned, tagged or read."""
-
-    def __init__(self, *, epoch: int, rule: str, expired_at: object):
-        self.epoch = epoch
-        self.rule = rule
-        self.expired_at = expired_at
-        super().__init__(
-            f"epoch {epoch} has expired (at {expired_at}) under the retention rule {rule!r}; "
-            "its cut is no longer kept"
-        )
 
 
 class PinExpiredError(RetentionError):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from catalog.base import Catalog
-from catalog.sql import SqlCatalog, catalog_url
+from catalog.connection import catalog_url
+from catalog.sql import SqlCatalog
 
 
 def load_catalog(

@@ -1,4 +1,8 @@
-"""Immutable values stored in and returned by the catalog."""
+"""Immutable values stored in and returned by the catalog.
+
+The values the consistency rules read (epochs, epoch states, revisions) are defined in
+:mod:`consistency.records`, the bottom layer, and exported by :mod:`catalog` too.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,7 @@ from enum import StrEnum
 from typing import Literal
 
 from catalog.errors import InvalidNameError
-
-PIPELINE_DEFAULT = "default"
-"""The pipeline of tables, jobs and epochs that name none (and of everything in a v1 catalog)."""
+from consistency.records import PIPELINE_DEFAULT, Epoch, TableEpoch
 
 FAILURE_MESSAGE_MAX_CHARS = 1000
 """A recorded job failure's message is one line of at most this many characters."""
@@ -50,19 +52,6 @@ def validate_tag_name(name: str) -> str:
             "letter, digit or underscore",
         )
     return name
-
-
-class EpochState(StrEnum):
-    """State of one epoch in one table (docs/design.md, "An epoch's life in one table")."""
-
-    PROCESSED = "PROCESSED"
-    """Rows of the epoch are committed in Delta but the epoch is not sealed."""
-    WRITTEN = "WRITTEN"
-    """Sealed at a recorded Delta version."""
-    ROLLED_BACK = "ROLLED_BACK"
-    """A PROCESSED epoch undone by recovery; kept for audit until it is replayed."""
-    COALESCED = "COALESCED"
-    """Folded into a later epoch by backlog catch-up; the table cannot be read at it."""
 
 
 @dataclass(frozen=True)
@@ -146,15 +135,6 @@ class LineageEdge:
 
 
 @dataclass(frozen=True)
-class Epoch:
-    id: int
-    barrier_ts: datetime
-    created_at: datetime
-    pipeline: str = PIPELINE_DEFAULT
-    """The pipeline that opened the epoch; ids are one sequence across pipelines."""
-
-
-@dataclass(frozen=True)
 class SourceSlice:
     source: str
     epoch: int
@@ -162,23 +142,6 @@ class SourceSlice:
     """JSON-able description of the slice (e.g. Kafka offset ranges per partition)."""
     catch_up: bool = False
     recorded_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class TableEpoch:
-    """The state of one epoch in one table."""
-
-    table: str
-    epoch: int
-    state: EpochState
-    delta_version: int | None
-    job: str | None = None
-    attempt: int = 1
-    generation: int | None = None
-    coalesced_into: int | None = None
-    rows: int | None = None
-    reason: str | None = None
-    updated_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -334,38 +297,3 @@ class TableStatus:
     latest_written_barrier_ts: datetime | None = None
     """The barrier timestamp of ``latest_written``: freshness in seconds."""
     pipeline_latest_commit: CommitManifest | None = None
-
-
-class RevisionState(StrEnum):
-    """Where a recompute of tables (a revision of their epochs) stands."""
-
-    BUILDING = "BUILDING"
-    """Its Delta versions are being written; no catalog reader sees them."""
-    SWITCHED = "SWITCHED"
-    """One catalog transaction recorded its versions for every table of it together."""
-    DISCARDED = "DISCARDED"
-    """Abandoned (killed, or failed) before the switch; its versions were rolled back."""
-
-
-@dataclass(frozen=True)
-class Revision:
-    """A recompute of tables from an epoch on: recorded when it starts, switched at once."""
-
-    id: int
-    pipeline: str
-    tables: tuple[str, ...]
-    from_epoch: int
-    reason: str
-    actor: str
-    """Who asked for it (user@host)."""
-    owner: str
-    """The recompute process building it (its lease owner): while that process lives, a
-    run of the pipeline leaves the revision's jobs to it."""
-    state: RevisionState
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    """When it was switched or discarded."""
-    through_epoch: int | None = None
-    """The newest epoch it recomputed (set at the switch)."""
-    note: str | None = None
-    """Why it was discarded."""

@@ -1,7 +1,13 @@
 """Delta Barrier's consistency rules: pure functions over catalog records and Delta logs.
 
+The bottom layer (etl -> catalog -> consistency): besides the rules it holds the values
+they read (``consistency.records``: epochs and their states in each table, revisions) and
+the root of every error, DeltaBarrierError. The catalog enforces the rules by calling
+them; nothing here imports the catalog or etl.
+
 - :func:`parse_level`: a consistency level from what a user typed.
-- :func:`check_transition`, :func:`global_state`: the epoch state machine.
+- :func:`check_transition`, :func:`check_seal`, :func:`global_state`: the epoch state
+  machine, what a seal needs, and when an epoch is COMMIT.
 - :func:`resolve_snapshot`: the Delta version of each table for a read at a level.
 - :func:`plan_batches`, :func:`pending_epochs`: barrier alignment and backlog batching;
   :func:`admission_order`: which runnable batch runs first.
@@ -50,7 +56,13 @@ from consistency.models import (
 from consistency.recovery import DATA_NEUTRAL_OPERATIONS, plan_recovery
 from consistency.resolve import EpochHistory, resolve_snapshot
 from consistency.revisions import HistoryAt, switched_after
-from consistency.states import LEGAL_TRANSITIONS, GlobalState, check_transition, global_state
+from consistency.states import (
+    LEGAL_TRANSITIONS,
+    GlobalState,
+    check_seal,
+    check_transition,
+    global_state,
+)
 
 __all__ = [
     "BEFORE_FIRST_VERSION",
@@ -91,6 +103,7 @@ __all__ = [
     "Snapshot",
     "SnapshotRequestError",
     "UnknownLevelError",
+    "check_seal",
     "check_transition",
     "global_state",
     "parse_level",

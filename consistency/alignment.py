@@ -40,10 +40,6 @@ class PendingEpochs:
         """How many epochs are pending up to the horizon (runnable or not)."""
         return len(self.pending)
 
-    @property
-    def last_runnable(self) -> int | None:
-        return self.runnable[-1] if self.runnable else None
-
 
 def pending_epochs(
     *,

@@ -1,7 +1,12 @@
-"""Errors of the consistency rules: levels, snapshots, batch planning and recovery.
+"""The root of Delta Barrier's errors and the errors of the consistency rules.
 
-Each error carries the tables, epochs or versions it concerns as attributes and says
-in its message what is wrong and what to do.
+Every error the project raises derives from :class:`DeltaBarrierError`; it lives here, at
+the bottom of the layers (etl -> catalog -> consistency). Besides the rules' own errors
+(levels, snapshots, batch planning, recovery) this module holds the catalog errors the
+rules raise (state transitions, unknown and expired epochs) with their bases; the rest of
+the catalog's errors are in :mod:`catalog.errors`. Each error carries the tables, epochs
+or versions it concerns as attributes and says in its message what is wrong and what to
+do.
 """
 
 from __future__ import annotations
@@ -9,7 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from catalog.errors import DeltaBarrierError
+
+class DeltaBarrierError(Exception):
+    """Root of every error raised by Delta Barrier."""
+
+
+class CatalogError(DeltaBarrierError):
+    """A problem with the catalog (the metadata store)."""
 
 
 class ConsistencyError(DeltaBarrierError):
@@ -211,4 +222,44 @@ class RestoreBeforeSealError(RecoveryError):
                 f"rows are missing from the current table; RESTORE it to version "
                 f"{sealed_version} (or later) manually, then run recovery again"
             ),
+        )
+
+
+class UnknownEpochError(CatalogError):
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+        super().__init__(f"epoch {epoch} has not been issued by this catalog")
+
+
+class EpochStateError(CatalogError):
+    """An epoch state transition that the state machine does not allow."""
+
+    def __init__(
+        self, *, table: str, epoch: int, current: str | None, requested: str, why: str = ""
+    ):
+        self.table = table
+        self.epoch = epoch
+        self.current = current
+        self.requested = requested
+        detail = f": {why}" if why else ""
+        super().__init__(
+            f"table {table!r} epoch {epoch}: cannot go from {current or 'no state'} "
+            f"to {requested}{detail}"
+        )
+
+
+class RetentionError(CatalogError):
+    """A problem with pins, tags or expired epochs."""
+
+
+class EpochExpiredError(RetentionError):
+    """The epoch expired under the retention policy: it cannot be pinned, tagged or read."""
+
+    def __init__(self, *, epoch: int, rule: str, expired_at: object):
+        self.epoch = epoch
+        self.rule = rule
+        self.expired_at = expired_at
+        super().__init__(
+            f"epoch {epoch} has expired (at {expired_at}) under the retention rule {rule!r}; "
+            "its cut is no longer kept"
         )

@@ -135,10 +135,6 @@ class RecoveryPlan:
     table: str
     actions: tuple[RecoveryAction, ...]
 
-    @property
-    def is_empty(self) -> bool:
-        return not self.actions
-
 
 # Keys of the commit metadata Delta Barrier writes into every Delta commit
 # (Delta protocol: commitInfo may carry arbitrary user metadata).

@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from itertools import groupby
 from typing import NamedTuple
 
-from catalog.models import EpochState, TableEpoch
 from consistency.errors import ForeignCommitError, RecoveryError, RestoreBeforeSealError
 from consistency.models import (
     BEFORE_FIRST_VERSION,
@@ -41,6 +40,7 @@ from consistency.models import (
     RollbackAction,
     SealAction,
 )
+from consistency.records import EpochState, TableEpoch
 
 DATA_NEUTRAL_OPERATIONS: frozenset[str] = frozenset(
     {

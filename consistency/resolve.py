@@ -13,17 +13,18 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Protocol
 
-from catalog.errors import EpochExpiredError, UnknownEpochError
-from catalog.models import Epoch, EpochState, TableEpoch
 from consistency.errors import (
+    EpochExpiredError,
     EpochNotReadableError,
     NoAlignedCutError,
     NoCommonEpochError,
     NoEpochAtTimeError,
     SnapshotRequestError,
+    UnknownEpochError,
 )
 from consistency.levels import parse_level
 from consistency.models import Level, PipelineCut, Snapshot
+from consistency.records import Epoch, EpochState, TableEpoch
 
 
 class EpochHistory(Protocol):

@@ -2,9 +2,10 @@
 
 PRODUCT.md, "Retention, pins and tags". A policy keeps every epoch for a duration, then
 one cut per interval (the newest epoch of each interval bucket, buckets aligned on the
-Unix epoch) for a longer duration, tier by tier. The latest cut is always kept. Pins and
-tags are the catalog's business (``Catalog.expire_epochs`` skips them atomically); this
-module only says which epochs the policy no longer needs and under which rule.
+Unix epoch) for a longer duration, tier by tier. The latest cut is always kept. A live
+pin or a tag keeps its epoch whatever the policy says: :func:`expirable` is that rule,
+which ``Catalog.expire_epochs`` applies to the pins and tags it reads under its write
+lock, so a pin or tag made concurrently either protects its epoch or fails.
 
 The selection is monotone: an epoch expired at time t is never kept at a later time
 (a bucket's newest epoch only moves to newer epochs, and ages only grow), so expiring
@@ -15,15 +16,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+
+from consistency.errors import ConsistencyError
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdwy])\s*$")
 
 
-class RetentionPolicyError(ValueError):
+class RetentionPolicyError(ConsistencyError, ValueError):
     """A retention policy that cannot be understood (the message says what and where)."""
 
 
@@ -203,12 +206,21 @@ def expired_epochs(epochs: Sequence[EpochPoint], policy: Retention, *, now: date
     return sorted(e.id for e in epochs if e.id not in kept)
 
 
+def expirable(
+    epochs: Iterable[int], *, pinned: Collection[int], tagged: Collection[int]
+) -> list[int]:
+    """The epochs of ``epochs`` that may expire, oldest first: all but those a live pin
+    (``pinned``) or a tag (``tagged``) holds."""
+    return sorted({epoch for epoch in epochs if epoch not in pinned and epoch not in tagged})
+
+
 __all__ = [
     "KEEP_EVERYTHING",
     "EpochPoint",
     "Retention",
     "RetentionPolicyError",
     "Tier",
+    "expirable",
     "expired_epochs",
     "format_duration",
     "parse_duration",

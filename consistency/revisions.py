@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from catalog.models import Epoch, EpochState, Revision, RevisionState, TableEpoch
-from catalog.timestamps import as_utc
+from consistency.records import Epoch, EpochState, Revision, RevisionState, TableEpoch
 from consistency.resolve import EpochHistory
+from consistency.timestamps import as_utc
 
 
 class RevisionStore(EpochHistory, Protocol):

@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from catalog.sql import UtcDateTime
+from catalog.schema import UtcDateTime
 
 _NAME_LENGTH = 128
 

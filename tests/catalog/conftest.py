@@ -19,7 +19,7 @@ from catalog import (
     TableSpec,
     load_catalog,
 )
-from catalog.sql import meta_table, metadata, pipelines_table
+from catalog.schema import meta_table, metadata, pipelines_table
 
 BACKENDS = [
     pytest.param("sqlite-file", id="sqlite-file"),

@@ -206,9 +206,10 @@ def test_a_process_frozen_inside_a_catalog_transaction_does_not_block_postgresql
     import threading
     import time
 
+    import catalog.dialect
     import catalog.sql
 
-    monkeypatch.setattr(catalog.sql, "_PG_IDLE_IN_TRANSACTION_SECONDS", 1)
+    monkeypatch.setattr(catalog.dialect, "_PG_IDLE_IN_TRANSACTION_SECONDS", 1)
     frozen = catalog.sql.SqlCatalog(postgres_url)
     other = catalog.sql.SqlCatalog(postgres_url)
     holding = threading.Event()

@@ -22,14 +22,15 @@ from catalog import (
     TableSpec,
     load_catalog,
 )
-from catalog import sql as catalog_sql
+from catalog import schema as catalog_schema
+from catalog.connection import normalize_url
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)  # in the past: v1 leases have expired
 
 
 def build_v1_catalog(url: str) -> None:
     """raw <- ingest(words) -> count -> counts; epoch 1 COMMIT, epoch 2 half done."""
-    engine = sa.create_engine(catalog_sql.normalize_url(url)[1])
+    engine = sa.create_engine(normalize_url(url)[1])
     with engine.begin() as conn:
         v1.metadata.create_all(conn)
         conn.execute(v1.meta_table.insert().values(key="schema_version", value="1"))
@@ -193,15 +194,15 @@ def test_an_upgraded_catalog_has_the_schema_of_a_new_one(shared_catalog_url):
     catalog = load_catalog(shared_catalog_url)
     with catalog._engine.connect() as conn:
         inspector = sa.inspect(conn)
-        assert set(inspector.get_table_names()) >= set(catalog_sql.metadata.tables)
-        for table in catalog_sql.metadata.sorted_tables:
+        assert set(inspector.get_table_names()) >= set(catalog_schema.metadata.tables)
+        for table in catalog_schema.metadata.sorted_tables:
             columns = {c["name"]: c for c in inspector.get_columns(table.name)}
             assert list(columns) == [c.name for c in table.columns], table.name
             for column in table.columns:
                 assert columns[column.name]["nullable"] == column.nullable, (table, column)
             indexes = {i["name"] for i in inspector.get_indexes(table.name)}
             assert indexes >= {i.name for i in table.indexes}, table.name
-        assert conn.execute(sa.select(catalog_sql.meta_table.c.value)).scalar_one() == str(
+        assert conn.execute(sa.select(catalog_schema.meta_table.c.value)).scalar_one() == str(
             SCHEMA_VERSION
         )
     catalog.close()

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from catalog import EpochState, TableEpoch, load_catalog
-from catalog.sql import epochs_table, table_epochs_table, tables_table
+from catalog.schema import epochs_table, table_epochs_table, tables_table
 
 TABLES = 10
 EPOCHS = 500

@@ -50,6 +50,25 @@ def test_a_pin_protects_its_epoch_from_expiry(catalog):
     assert catalog.expiry_of(e1).rule == RULE  # an expiry is recorded once
 
 
+def test_expiry_is_decided_by_the_one_retention_rule(catalog, monkeypatch):
+    import consistency.retention
+    from catalog.retention import sql as retention_store
+
+    calls = []
+
+    def spy(epochs, *, pinned, tagged):
+        calls.append((sorted(epochs), set(pinned), set(tagged)))
+        return consistency.retention.expirable(epochs, pinned=pinned, tagged=tagged)
+
+    monkeypatch.setattr(retention_store, "expirable", spy)
+    e1, e2, e3 = epochs(catalog, 3)
+    catalog.create_pin(pipeline=None, epoch=e1, versions={}, holder="r", ttl_seconds=60)
+    catalog.create_tag("release", epoch=e2, versions={}, pipeline=None)
+    assert catalog.expire_epochs([e1, e2, e3], rule=RULE) == [e3]
+    assert catalog.expire_epochs([e1, e3], rule=RULE) == []
+    assert calls == [([e1, e2, e3], {e1}, {e2}), ([e1], {e1}, set())]
+
+
 def test_pinning_or_tagging_an_expired_epoch_names_the_epoch_and_the_rule(catalog):
     (e1,) = epochs(catalog, 1)
     catalog.expire_epochs([e1], rule=RULE)
@@ -72,7 +91,7 @@ def test_a_pin_without_an_epoch_protects_versions_only(catalog):
     assert pin.epoch is None and catalog.active_pins()[0].versions == {"raw": 7, "counts": 3}
 
 
-def test_expired_pins_are_not_active_cannot_be_renewed_and_are_purged(catalog):
+def test_expired_pins_are_not_active_and_cannot_be_renewed(catalog):
     (e1,) = epochs(catalog, 1)
     short = catalog.create_pin(
         pipeline=None, epoch=e1, versions={}, holder="r", ttl_seconds=SHORT_TTL
@@ -88,8 +107,6 @@ def test_expired_pins_are_not_active_cannot_be_renewed_and_are_purged(catalog):
     assert raised.value.pin_id == short.id and raised.value.expired_at == short.expires_at
     # An expired pin no longer protects its epoch.
     assert catalog.expire_epochs([e1], rule=RULE) == [e1]
-    assert catalog.purge_expired_pins() == 1
-    assert catalog.purge_expired_pins() == 0
     catalog.release_pin(renewed)
     with pytest.raises(PinExpiredError, match="released"):
         catalog.renew_pin(renewed, ttl_seconds=60)

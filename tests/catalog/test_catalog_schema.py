@@ -6,7 +6,8 @@ import pytest
 import sqlalchemy as sa
 
 from catalog import SCHEMA_VERSION, CatalogError, SchemaVersionError, SqlCatalog, load_catalog
-from catalog import sql as catalog_sql
+from catalog import migrations as catalog_migrations
+from catalog import schema as catalog_schema
 
 
 def stored_version(url: str) -> int:
@@ -15,8 +16,8 @@ def stored_version(url: str) -> int:
         with catalog._engine.connect() as conn:
             return int(
                 conn.execute(
-                    sa.select(catalog_sql.meta_table.c.value).where(
-                        catalog_sql.meta_table.c.key == "schema_version"
+                    sa.select(catalog_schema.meta_table.c.value).where(
+                        catalog_schema.meta_table.c.key == "schema_version"
                     )
                 ).scalar_one()
             )
@@ -29,8 +30,8 @@ def fake_version(url: str, version: int) -> None:
     try:
         with catalog._engine.begin() as conn:
             conn.execute(
-                catalog_sql.meta_table.update()
-                .where(catalog_sql.meta_table.c.key == "schema_version")
+                catalog_schema.meta_table.update()
+                .where(catalog_schema.meta_table.c.key == "schema_version")
                 .values(value=str(version))
             )
     finally:
@@ -63,7 +64,7 @@ def test_an_older_catalog_is_refused_until_upgraded(shared_catalog_url, monkeypa
         applied.append(SCHEMA_VERSION)
         conn.execute(sa.text("CREATE TABLE migration_probe (id INTEGER)"))
 
-    monkeypatch.setitem(catalog_sql.MIGRATIONS, SCHEMA_VERSION, migration)
+    monkeypatch.setitem(catalog_migrations.MIGRATIONS, SCHEMA_VERSION, migration)
     old = SqlCatalog.open_for_upgrade(shared_catalog_url)
     assert old.upgrade() == SCHEMA_VERSION - 1
     assert applied == [SCHEMA_VERSION]
@@ -86,7 +87,7 @@ def test_a_failing_migration_leaves_the_catalog_as_it_was(shared_catalog_url, mo
         conn.execute(sa.text("CREATE TABLE migration_probe (id INTEGER)"))
         raise RuntimeError("migration failed half way")
 
-    monkeypatch.setitem(catalog_sql.MIGRATIONS, SCHEMA_VERSION, migration)
+    monkeypatch.setitem(catalog_migrations.MIGRATIONS, SCHEMA_VERSION, migration)
     with pytest.raises(RuntimeError):
         SqlCatalog.open_for_upgrade(shared_catalog_url).upgrade()
     assert stored_version(shared_catalog_url) == SCHEMA_VERSION - 1
@@ -97,7 +98,7 @@ def test_a_failing_migration_leaves_the_catalog_as_it_was(shared_catalog_url, mo
 
 
 def test_a_version_without_a_migration_cannot_be_upgraded(shared_catalog_url, monkeypatch):
-    monkeypatch.delitem(catalog_sql.MIGRATIONS, SCHEMA_VERSION)
+    monkeypatch.delitem(catalog_migrations.MIGRATIONS, SCHEMA_VERSION)
     load_catalog(shared_catalog_url).close()
     fake_version(shared_catalog_url, SCHEMA_VERSION - 1)
     with pytest.raises(CatalogError, match="no migration"):

@@ -396,16 +396,16 @@ def test_table_status(chain):
 
 
 def test_every_transition_goes_through_the_one_state_machine(chain, monkeypatch):
-    import catalog.sql
-    import catalog.states
+    import catalog.states.sql
+    import consistency.states
 
     calls = []
 
     def spy(table, epoch, current, requested, **attempts):
         calls.append((table, epoch, current, requested))
-        return catalog.states.check_transition(table, epoch, current, requested, **attempts)
+        return consistency.states.check_transition(table, epoch, current, requested, **attempts)
 
-    monkeypatch.setattr(catalog.sql, "check_transition", spy)
+    monkeypatch.setattr(catalog.states.sql, "check_transition", spy)
     e1, e2, e3 = open_epochs(chain, 3)
     processed(chain, "raw", e1, 1)
     chain.catalog.mark_rolled_back("raw", e1, job="ingest", generation=1, reason="x")
@@ -419,6 +419,50 @@ def test_every_transition_goes_through_the_one_state_machine(chain, monkeypatch)
         ("raw", e1, R, C),
         ("raw", e2, P, C),
     ]
+
+
+def test_every_seal_is_checked_by_the_one_seal_rule(chain, monkeypatch):
+    import catalog.states.sql
+    import consistency.states
+
+    calls = []
+
+    def spy(table, epoch, current, *, first_epoch, latest_written):
+        calls.append((table, epoch, current, first_epoch, latest_written))
+        consistency.states.check_seal(
+            table, epoch, current, first_epoch=first_epoch, latest_written=latest_written
+        )
+
+    monkeypatch.setattr(catalog.states.sql, "check_seal", spy)
+    e1, e2, e3 = open_epochs(chain, 3)
+    seal_ingest(chain, e1, 1)
+    processed(chain, "raw", e3, 2)
+    seal_ingest(chain, e3, 2, first_epoch=e2)
+    assert calls == [
+        ("raw", e1, None, e1, None),
+        ("rejects", e1, None, e1, None),
+        ("raw", e3, P, e2, e1),
+        ("rejects", e3, None, e2, e1),
+    ]
+
+
+def test_commit_is_decided_by_the_one_commit_rule(chain, monkeypatch):
+    import catalog.store
+    import consistency.states
+
+    decided = []
+
+    def spy(states):
+        decided.append(dict(states))
+        return consistency.states.global_state(states)
+
+    monkeypatch.setattr(catalog.store, "global_state", spy)
+    (e1,) = open_epochs(chain, 1)
+    assert seal_ingest(chain, e1, 1) is None
+    assert decided[-1] == {"raw": W, "rejects": W, "counts": None}
+    manifest = seal_count(chain, e1, 2)
+    assert manifest is not None and manifest.versions == {"raw": 1, "rejects": 1, "counts": 2}
+    assert decided[-1] == {"raw": W, "rejects": W, "counts": W}
 
 
 def test_table_status_shows_pipeline_lease_failure_freshness_and_commit(chain, tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import consistency
-from catalog.errors import DeltaBarrierError
 from consistency import (
     ConsistencyError,
     EpochNotReadableError,
@@ -15,6 +14,7 @@ from consistency import (
     RecoveryError,
     RestoreBeforeSealError,
 )
+from consistency.errors import DeltaBarrierError
 
 
 def test_every_exported_error_derives_from_the_project_root():

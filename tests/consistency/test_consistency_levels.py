@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from catalog.errors import DeltaBarrierError
 from consistency import Level, UnknownLevelError, parse_level
+from consistency.errors import DeltaBarrierError
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.errors import UnknownEpochError
-from catalog.models import Epoch, EpochState, TableEpoch
 from consistency import (
     Level,
     NoAlignedCutError,
@@ -21,6 +19,8 @@ from consistency import (
     SnapshotRequestError,
     resolve_snapshot,
 )
+from consistency.errors import UnknownEpochError
+from consistency.records import Epoch, EpochState, TableEpoch
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 W, P, C = EpochState.WRITTEN, EpochState.PROCESSED, EpochState.COALESCED

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.models import EpochState, TableEpoch
 from consistency import (
     BEFORE_FIRST_VERSION,
     DATA_NEUTRAL_OPERATIONS,
@@ -29,6 +28,7 @@ from consistency import (
     check_transition,
     plan_recovery,
 )
+from consistency.records import EpochState, TableEpoch
 
 TABLE, JOB = "orders", "load_orders"
 P, W, RB, C = (
@@ -85,14 +85,14 @@ def replay(epoch, attempt, first=None):
 
 def test_crash_before_the_delta_commit_leaves_nothing_to_do():
     result = plan()
-    assert result.is_empty
+    assert not result.actions
     assert result == RecoveryPlan(TABLE, ())
-    assert plan(sealed_version=None, sealed_epoch=None).is_empty
+    assert not plan(sealed_version=None, sealed_epoch=None).actions
 
 
 def test_crash_after_sealing_this_table_but_before_downstream_leaves_nothing_to_do():
     # The table's last epoch is sealed; a downstream job not having run is its own business.
-    assert plan(log=[], states=[]).is_empty
+    assert not plan(log=[], states=[]).actions
 
 
 def test_complete_but_unrecorded_commit_is_sealed():
@@ -194,7 +194,7 @@ def test_a_commit_of_this_job_without_an_epoch_holds_no_rows():
 def test_data_neutral_operations_are_accepted_without_metadata():
     assert {"VACUUM START", "VACUUM END", "OPTIMIZE"} <= DATA_NEUTRAL_OPERATIONS
     vacuum = [LogCommit(6, "VACUUM START"), LogCommit(7, "VACUUM END")]
-    assert plan(vacuum).is_empty
+    assert not plan(vacuum).actions
     result = plan([write(6, 7, final=True), LogCommit(7, "OPTIMIZE")])
     assert result.actions == (seal(7, 6),)
     # Rolling back goes to the version before the partial epoch, undoing compaction too.
@@ -240,7 +240,7 @@ def test_a_restore_that_undid_sealed_rows_is_refused_until_it_is_undone():
     with pytest.raises(RestoreBeforeSealError):
         plan([write(6, 7), restore(7, 3), restore(8, 7)])
     # As the error advises: RESTORE the sealed version (or later), then recover again.
-    assert plan([restore(6, 3), restore(7, 5)]).is_empty
+    assert not plan([restore(6, 3), restore(7, 5)]).actions
 
 
 @pytest.mark.parametrize(
@@ -451,11 +451,14 @@ def test_any_sequence_of_crashes_ends_with_every_epoch_exactly_once(case):
             assert world.catalog[epoch].coalesced_into == batch.last
     # Nothing is left to recover.
     sealed = world.sealed()
-    assert plan_recovery(
-        table=TABLE,
-        job=JOB,
-        sealed_version=sealed.delta_version,
-        sealed_epoch=sealed.epoch,
-        catalog_states=[],
-        log=[c for c in world.log if c.version > sealed.delta_version],
-    ).is_empty
+    assert (
+        plan_recovery(
+            table=TABLE,
+            job=JOB,
+            sealed_version=sealed.delta_version,
+            sealed_epoch=sealed.epoch,
+            catalog_states=[],
+            log=[c for c in world.log if c.version > sealed.delta_version],
+        ).actions
+        == ()
+    )

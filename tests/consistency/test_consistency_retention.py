@@ -12,6 +12,7 @@ from consistency.retention import (
     EpochPoint,
     Retention,
     RetentionPolicyError,
+    expirable,
     expired_epochs,
     retained_epochs,
 )
@@ -20,6 +21,18 @@ pytestmark = pytest.mark.retention
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 POLICY = Retention(every_epoch_for="1d", tiers=[("1h", "7d"), ("1d", "365d")])
+
+
+def test_a_pin_or_a_tag_keeps_its_epoch_whatever_the_policy_says():
+    assert expirable([5, 1, 3, 2, 4], pinned={2}, tagged={4, 9}) == [1, 3, 5]
+    assert expirable([], pinned=(), tagged=()) == []
+
+
+def test_a_bad_policy_is_an_error_of_the_project():
+    from consistency.errors import DeltaBarrierError
+
+    with pytest.raises(DeltaBarrierError):
+        Retention(every_epoch_for="soon")
 
 
 def test_policy_round_trips_and_rejects_nonsense():

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from catalog.errors import EpochStateError
-from catalog.models import EpochState
-from consistency import LEGAL_TRANSITIONS, check_transition, global_state
+from consistency import LEGAL_TRANSITIONS, check_seal, check_transition, global_state
+from consistency.errors import EpochStateError
+from consistency.records import EpochState
 
 P, W, RB, C = (
     EpochState.PROCESSED,
@@ -85,13 +85,12 @@ def test_global_state():
     assert global_state({}) == "OPEN"
 
 
-def test_the_state_machine_is_defined_once_in_the_catalog():
-    import catalog.states
+def test_the_state_machine_is_defined_once_in_consistency():
+    import catalog
     import consistency.states
 
-    assert consistency.states.LEGAL_TRANSITIONS is catalog.states.LEGAL_TRANSITIONS
-    assert consistency.states.check_transition is catalog.states.check_transition
-    assert LEGAL_TRANSITIONS is catalog.states.LEGAL_TRANSITIONS
+    assert catalog.LEGAL_TRANSITIONS is consistency.states.LEGAL_TRANSITIONS
+    assert catalog.check_transition is consistency.states.check_transition
 
 
 def test_skip_resolution_sequence_is_legal():
@@ -101,3 +100,18 @@ def test_skip_resolution_sequence_is_legal():
     check_transition("t", 5, P, W, attempt=2, current_attempt=2)
     with pytest.raises(EpochStateError):
         check_transition("t", 5, RB, W, attempt=2, current_attempt=1)
+
+
+def test_a_seal_may_not_go_back_behind_the_newest_written_epoch():
+    check_seal("t", 5, P, first_epoch=5, latest_written=4)
+    check_seal("t", 5, None, first_epoch=5, latest_written=5)  # the same epoch again
+    with pytest.raises(EpochStateError, match="epoch 6 is already WRITTEN") as raised:
+        check_seal("t", 5, P, first_epoch=5, latest_written=6)
+    assert (raised.value.table, raised.value.epoch, raised.value.requested) == ("t", 5, W)
+
+
+@pytest.mark.parametrize("first_epoch", [0, 6])
+def test_a_batch_starts_at_an_epoch_between_1_and_the_sealed_one(first_epoch):
+    check_seal("t", 5, None, first_epoch=1, latest_written=None)
+    with pytest.raises(EpochStateError, match=f"between 1 and 5, not {first_epoch}"):
+        check_seal("t", 5, None, first_epoch=first_epoch, latest_written=None)

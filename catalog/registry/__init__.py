@@ -1,0 +1,4 @@
+"""Pipelines, tables, jobs and lineage: what is registered, and retiring it.
+
+The interface (base.py) and its SQL implementation (sql.py).
+"""

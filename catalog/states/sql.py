@@ -1,0 +1,365 @@
+"""Epoch states of each table, seals and COMMIT manifests. In SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from catalog.errors import EpochStateError
+from catalog.models import CommitManifest, SealRequest
+from catalog.schema import commits_table, epoch_history_table, epochs_table, table_epochs_table
+from catalog.states.base import StateStore
+from catalog.store import SqlStore
+from consistency.records import EpochState, TableEpoch
+from consistency.states import check_seal, check_transition
+
+
+class SqlStateStore(SqlStore, StateStore):
+    """Epoch states of each table, seals and COMMIT manifests."""
+
+    def record_processed(
+        self,
+        table: str,
+        epoch: int,
+        *,
+        delta_version: int,
+        job: str,
+        attempt: int,
+        generation: int,
+        rows: int | None = None,
+    ) -> TableEpoch:
+        requested = EpochState.PROCESSED
+        with self._write() as conn:
+            self._check_lease(conn, job, generation)
+            table_row = self._check_writer(conn, table, epoch, job, requested)
+            self._check_epoch_pipeline(
+                self._epoch_row(conn, epoch), table_row.pipeline, table=table
+            )
+            current = self._state_row(conn, table, epoch)
+            check_transition(
+                table,
+                epoch,
+                None if current is None else EpochState(current.state),
+                requested,
+                attempt=attempt,
+                current_attempt=None if current is None else current.attempt,
+            )
+            return self._set_state(
+                conn,
+                TableEpoch(
+                    table=table,
+                    epoch=epoch,
+                    state=requested,
+                    delta_version=delta_version,
+                    job=job,
+                    attempt=attempt,
+                    generation=generation,
+                    rows=rows,
+                    updated_at=self._now(conn),
+                ),
+                exists=current is not None,
+            )
+
+    def seal(
+        self, job: str, generation: int, requests: Sequence[SealRequest]
+    ) -> CommitManifest | None:
+        with self._write() as conn:
+            self._check_lease(conn, job, generation)
+            now = self._now(conn)
+            for request in requests:
+                self._seal_one(conn, now, job, generation, request)
+            manifest = None
+            for epoch in sorted({request.epoch for request in requests}):
+                manifest = self._record_commit(conn, now, epoch) or manifest
+            return manifest
+
+    def _seal_one(
+        self, conn: sa.Connection, now: datetime, job: str, generation: int, request: SealRequest
+    ) -> None:
+        table, epoch = request.table, request.epoch
+        written = EpochState.WRITTEN
+        table_row = self._check_writer(conn, table, epoch, job, written)
+        self._check_epoch_pipeline(self._epoch_row(conn, epoch), table_row.pipeline, table=table)
+        current = self._state_row(conn, table, epoch)
+        current_state = None if current is None else EpochState(current.state)
+        check_transition(
+            table,
+            epoch,
+            current_state,
+            written,
+            attempt=request.attempt,
+            current_attempt=None if current is None else current.attempt,
+        )
+        first = epoch if request.first_epoch is None else request.first_epoch
+        latest = self._latest_rows(conn, "written", [table])
+        check_seal(
+            table,
+            epoch,
+            current_state,
+            first_epoch=first,
+            latest_written=latest[0].epoch if latest else None,
+        )
+        if first < epoch:
+            self._coalesce(conn, now, job, generation, request, first, table_row.pipeline)
+        self._set_state(
+            conn,
+            TableEpoch(
+                table=table,
+                epoch=epoch,
+                state=written,
+                delta_version=request.delta_version,
+                job=job,
+                attempt=request.attempt,
+                generation=generation,
+                rows=request.rows,
+                updated_at=now,
+            ),
+            exists=current is not None,
+        )
+
+    def _coalesce(
+        self,
+        conn: sa.Connection,
+        now: datetime,
+        job: str,
+        generation: int,
+        request: SealRequest,
+        first: int,
+        pipeline: str,
+    ) -> None:
+        """Record the pipeline's epochs first..request.epoch-1 COALESCED into request.epoch."""
+        te, e = table_epochs_table, epochs_table
+        coalesced = list(
+            conn.execute(
+                sa.select(e.c.id)
+                .where(e.c.pipeline == pipeline, e.c.id >= first, e.c.id < request.epoch)
+                .order_by(e.c.id)
+            ).scalars()
+        )
+        existing = {
+            row.epoch: EpochState(row.state)
+            for row in conn.execute(
+                sa.select(te.c.epoch, te.c.state)
+                .where(
+                    te.c.table_name == request.table,
+                    te.c.epoch >= first,
+                    te.c.epoch < request.epoch,
+                )
+                .order_by(te.c.epoch)
+            )
+        }
+        for epoch, state in existing.items():
+            check_transition(request.table, epoch, state, EpochState.COALESCED)
+        values = [
+            {
+                "table_name": request.table,
+                "epoch": epoch,
+                "state": EpochState.COALESCED.value,
+                "delta_version": None,
+                "job": job,
+                "attempt": request.attempt,
+                "generation": generation,
+                "coalesced_into": request.epoch,
+                "rows": None,
+                "reason": None,
+                "updated_at": now,
+            }
+            for epoch in coalesced
+        ]
+        if not values:
+            return
+        if existing:
+            conn.execute(
+                te.delete().where(
+                    te.c.table_name == request.table,
+                    te.c.epoch.in_(list(existing)),
+                )
+            )
+        conn.execute(te.insert(), values)
+        conn.execute(
+            epoch_history_table.insert(),
+            [self._history_values(v) for v in values],
+        )
+
+    def mark_rolled_back(
+        self, table: str, epoch: int, *, job: str, generation: int, reason: str
+    ) -> TableEpoch:
+        requested = EpochState.ROLLED_BACK
+        with self._write() as conn:
+            self._check_lease(conn, job, generation)
+            self._check_writer(conn, table, epoch, job, requested)
+            current = self._state_row(conn, table, epoch)
+            # Only a PROCESSED epoch can be rolled back.
+            check_transition(
+                table, epoch, None if current is None else EpochState(current.state), requested
+            )
+            return self._set_state(
+                conn,
+                TableEpoch(
+                    table=table,
+                    epoch=epoch,
+                    state=requested,
+                    delta_version=current.delta_version,
+                    job=job,
+                    attempt=current.attempt,
+                    generation=generation,
+                    rows=current.rows,
+                    reason=reason,
+                    updated_at=self._now(conn),
+                ),
+                exists=True,
+            )
+
+    def _check_writer(
+        self, conn: sa.Connection, table: str, epoch: int, job: str, requested: EpochState
+    ) -> Any:
+        """The table's row, if ``job`` writes it; else EpochStateError."""
+        row = self._table_row(conn, table, job=job)
+        if row.writer_job != job:
+            raise EpochStateError(
+                table=table,
+                epoch=epoch,
+                current=None,
+                requested=requested,
+                why=f"the table is written by job {row.writer_job!r}, not {job!r}",
+            )
+        return row
+
+    @staticmethod
+    def _state_row(conn: sa.Connection, table: str, epoch: int) -> Any:
+        te = table_epochs_table
+        return conn.execute(
+            sa.select(te).where(te.c.table_name == table, te.c.epoch == epoch)
+        ).first()
+
+    def _set_state(self, conn: sa.Connection, state: TableEpoch, *, exists: bool) -> TableEpoch:
+        te = table_epochs_table
+        values = {
+            "state": state.state.value,
+            "delta_version": state.delta_version,
+            "job": state.job,
+            "attempt": state.attempt,
+            "generation": state.generation,
+            "coalesced_into": state.coalesced_into,
+            "rows": state.rows,
+            "reason": state.reason,
+            "updated_at": state.updated_at,
+        }
+        if exists:
+            conn.execute(
+                te.update()
+                .where(te.c.table_name == state.table, te.c.epoch == state.epoch)
+                .values(**values)
+            )
+        else:
+            conn.execute(te.insert().values(table_name=state.table, epoch=state.epoch, **values))
+        conn.execute(
+            epoch_history_table.insert().values(
+                **self._history_values({"table_name": state.table, "epoch": state.epoch, **values})
+            )
+        )
+        return state
+
+    def table_epoch(self, table: str, epoch: int) -> TableEpoch | None:
+        with self._read() as conn:
+            row = self._state_row(conn, table, epoch)
+        return None if row is None else self._table_epoch(row)
+
+    def table_epochs(
+        self, table: str, *, after: int = 0, up_to: int | None = None, limit: int | None = None
+    ) -> list[TableEpoch]:
+        te = table_epochs_table
+        query = sa.select(te).where(te.c.table_name == table, te.c.epoch > after)
+        if up_to is not None:
+            query = query.where(te.c.epoch <= up_to)
+        query = query.order_by(te.c.epoch).limit(limit)
+        with self._read() as conn:
+            return [self._table_epoch(row) for row in conn.execute(query)]
+
+    def state_history(self, table: str, *, epoch: int | None = None) -> list[TableEpoch]:
+        h = epoch_history_table
+        query = sa.select(h).where(h.c.table_name == table)
+        if epoch is not None:
+            query = query.where(h.c.epoch == epoch)
+        with self._read() as conn:
+            return [
+                TableEpoch(
+                    table=row.table_name,
+                    epoch=row.epoch,
+                    state=EpochState(row.state),
+                    delta_version=row.delta_version,
+                    job=row.job,
+                    attempt=row.attempt,
+                    generation=row.generation,
+                    coalesced_into=row.coalesced_into,
+                    rows=row.rows,
+                    reason=row.reason,
+                    updated_at=row.recorded_at,
+                )
+                for row in conn.execute(query.order_by(h.c.id))
+            ]
+
+    def states_at(self, tables: Iterable[str], epoch: int) -> dict[str, TableEpoch]:
+        names = list(dict.fromkeys(tables))
+        if not names:
+            return {}
+        te = table_epochs_table
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(te).where(te.c.epoch == epoch, te.c.table_name.in_(names))
+            )
+            return {row.table_name: self._table_epoch(row) for row in rows}
+
+    def latest_written(
+        self, tables: Iterable[str], *, at_or_before: int | None = None
+    ) -> dict[str, TableEpoch]:
+        with self._read() as conn:
+            if at_or_before is None:
+                rows = self._latest_rows(conn, "written", tables)
+            else:
+                rows = self._latest_rows(
+                    conn, "written_at_or_before", tables, at_or_before=at_or_before
+                )
+        return {row.table_name: self._table_epoch(row) for row in rows}
+
+    def latest_processed(self, tables: Iterable[str]) -> dict[str, TableEpoch]:
+        with self._read() as conn:
+            rows = self._latest_rows(conn, "processed", tables)
+        return {row.table_name: self._table_epoch(row) for row in rows}
+
+    def get_commit(self, epoch: int) -> CommitManifest | None:
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(commits_table).where(commits_table.c.epoch == epoch)
+            ).first()
+        return None if row is None else self._commit(row)
+
+    def latest_commit(self, *, pipeline: str | None = None) -> CommitManifest | None:
+        c = commits_table
+        query = sa.select(c).order_by(c.c.epoch.desc()).limit(1)
+        if pipeline is not None:
+            query = query.where(c.c.pipeline == pipeline)
+        with self._read() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else self._commit(row)
+
+    def max_attempt(self, tables: Iterable[str], epoch: int) -> int:
+        names = list(dict.fromkeys(tables))
+        if not names:
+            return 0
+        te, h = table_epochs_table, epoch_history_table
+        with self._read(snapshot=True) as conn:
+            current = conn.execute(
+                sa.select(sa.func.max(te.c.attempt)).where(
+                    te.c.table_name.in_(names), te.c.epoch == epoch
+                )
+            ).scalar_one_or_none()
+            history = conn.execute(
+                sa.select(sa.func.max(h.c.attempt)).where(
+                    h.c.table_name.in_(names), h.c.epoch == epoch
+                )
+            ).scalar_one_or_none()
+        return max(current or 0, history or 0)
