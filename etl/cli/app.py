@@ -12,7 +12,7 @@ lineage, epochs), :mod:`etl.cli.operate` (resolve, retire), :mod:`etl.cli.sql` a
 through :mod:`etl.cli.render`. Every heavy import (PySpark above all) happens inside the
 command that needs it, so that ``etl status`` answers without starting a JVM; the catalog
 (SQLAlchemy) is imported by the commands that open it, so that ``etl --version`` and
-``etl --help`` import neither (tests/etl/test_cli_imports.py).
+``etl --help`` import neither (tests/etl/cli/test_cli_imports.py).
 """
 
 from __future__ import annotations

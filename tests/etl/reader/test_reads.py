@@ -318,7 +318,7 @@ def test_the_driver_jvm_keeps_its_stderr_but_not_its_boot_notice(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])},
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "None"  # the UI is off when the etl command says so
@@ -336,7 +336,7 @@ def test_csv_and_json_into_a_closed_pipe_exit_quietly(wordcount):
             capture_output=True,
             text=True,
             errors="replace",
-            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])},
         )
         assert "Traceback" not in shell.stderr and "Broken" not in shell.stderr, shell.stderr
         assert "error" not in shell.stderr.lower(), shell.stderr
@@ -398,7 +398,7 @@ def _read_only_by_mount(wordcount, tmp_path) -> None:
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), **NO_JAVA},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3]), **NO_JAVA},
     )
     if done.returncode != 0 and "mount" in done.stderr and "permission denied" in done.stderr:
         pytest.skip(f"cannot mount read-only here: {done.stderr.strip()}")
@@ -466,7 +466,7 @@ def test_an_unreachable_spark_master_is_exit_2_in_one_line(tmp_path):
         tmp_path / "wh",
         "--master",
         "spark://127.0.0.1:9",
-        cwd=Path(__file__).parents[2],
+        cwd=Path(__file__).parents[3],
     )
     assert result.returncode == 2, result.stderr
     assert time.monotonic() - started < 30
@@ -478,7 +478,7 @@ SPECIAL_PASSWORDS = ["pq7@ss9@wx1", "abq:dzf/gqi#jkv?mnz%pqy", "tqx@zsv:jqw/kxz"
 
 
 def _password_commands(url: str) -> list[tuple[str, ...]]:
-    pipeline = str(Path(__file__).parents[2] / "examples" / "wordcount" / "pipeline.py")
+    pipeline = str(Path(__file__).parents[3] / "examples" / "wordcount" / "pipeline.py")
     return [
         ("status", "--catalog", url),
         ("--log-level", "debug", "status", "--catalog", url),
@@ -704,7 +704,7 @@ def test_log_lines_never_carry_the_catalog_password(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "ETL_CATALOG_URL": url},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3]), "ETL_CATALOG_URL": url},
     )
     assert done.returncode == 0, done.stderr
     assert "ERROR etl.x: cannot reach postgresql://etl:***@db-host:5432/etl: ***" in done.stderr

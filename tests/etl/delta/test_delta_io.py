@@ -682,7 +682,7 @@ def test_schema_mismatch_names_table_and_columns(spark, tmp_path):
 
 def test_tables_with_unsupported_features_are_refused(spark, tmp_path):
     schema = pa.schema([("id", pa.int64())])
-    # Deletion vectors are supported (tests/etl/test_deletion_vectors.py); delta-rs'
+    # Deletion vectors are supported (tests/etl/delta/test_deletion_vectors.py); delta-rs'
     # DV table also carries the variantType reader feature, which is not.
     dv = DeltaTable.create(
         str(tmp_path / "dv"), schema, configuration={"delta.enableDeletionVectors": "true"}

@@ -16,7 +16,7 @@ from deltalake import DeltaTable, write_deltalake
 
 pytestmark = [pytest.mark.recovery, pytest.mark.slow]
 
-WORKER = Path(__file__).parents[1] / "support" / "delta_race_worker.py"
+WORKER = Path(__file__).parents[2] / "support" / "delta_race_worker.py"
 
 
 def _race(location: str, workers: list[list[str]]) -> list[dict]:

@@ -18,7 +18,7 @@ from tests.support.wordcount_env import make_chain, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.recovery, pytest.mark.slow]
 
-CHILD = Path(__file__).parents[1] / "support" / "crash_child.py"
+CHILD = Path(__file__).parents[2] / "support" / "crash_child.py"
 FIRST = [("a.txt", ["apple", "pear", "apple"]), ("b.txt", ["fig"])]
 SECOND = [("c.txt", ["pear", "kiwi"]), ("d.txt", ["apple", "fig", "fig"])]
 

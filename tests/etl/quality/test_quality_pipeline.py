@@ -9,7 +9,7 @@ from catalog import EpochState
 from consistency import NoCommonEpochError
 from etl import Pipeline, Runner, snapshot
 from etl.quality import ExpectationError, QualityGate
-from tests.etl.test_jobs import Env, orders_pipeline
+from tests.etl.engine.test_jobs import Env, orders_pipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.quality]
 

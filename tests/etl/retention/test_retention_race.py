@@ -26,8 +26,8 @@ from tests.support.retention_env import BASE, Env
 
 pytestmark = [pytest.mark.retention, pytest.mark.spark, pytest.mark.slow]
 
-WORKER = Path(__file__).resolve().parents[1] / "support" / "retention_race_worker.py"
-REPO = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).resolve().parents[2] / "support" / "retention_race_worker.py"
+REPO = Path(__file__).resolve().parents[3]
 EPOCHS = 10  # one an hour, hours 0..9
 READERS = 3
 RACE_SECONDS = 20.0

@@ -23,7 +23,7 @@ from tests.support.kafka_env import make_orders, order
 
 pytestmark = [pytest.mark.kafka, pytest.mark.recovery, pytest.mark.spark, pytest.mark.slow]
 
-CHILD = Path(__file__).parents[1] / "support" / "crash_child.py"
+CHILD = Path(__file__).parents[2] / "support" / "crash_child.py"
 PARTITIONS = 2
 MICRO_BATCH = 10
 BAD = {2: b"{not json", 7: b'{"id": "7"}', 12: b'{"name": "no id"}', 17: b"\xff\xfe"}
