@@ -383,6 +383,12 @@ def visible_after_barrier(catalog, probe: Probe, window: tuple[float, float]) ->
     return seconds
 
 
+def lag_is_bounded(early_p50: float, late_p50: float) -> bool:
+    """Whether a run keeps up: freshness in a window's second half no worse than in its
+    first, give or take noise (a run that falls behind grows it every epoch)."""
+    return late_p50 <= 1.5 * early_p50 + 1.0
+
+
 def freshness_line(name: str, values: list[float]) -> str:
     if not values:
         return f"  {name:<22}: no epoch became visible"
@@ -496,7 +502,7 @@ def _report(
     )
     if early and late:
         early_p50, late_p50 = percentile(early, 50), percentile(late, 50)
-        trend = "bounded" if late_p50 <= 1.5 * early_p50 + 1.0 else "GROWING: it falls behind"
+        trend = "bounded" if lag_is_bounded(early_p50, late_p50) else "GROWING: it falls behind"
         print(
             f"  lag trend     : p50 {early_p50:.2f} s in the window's first half, "
             f"{late_p50:.2f} s in its second ({trend})"

@@ -45,6 +45,7 @@ from bench.freshness_bench import (
     ContinuousRun,
     Probe,
     build_pipeline,
+    lag_is_bounded,
     visible_after_barrier,
 )
 
@@ -94,7 +95,7 @@ class Step:
 
     @property
     def bounded(self) -> bool:
-        return self.late_p50 <= 1.5 * self.early_p50 + 1.0
+        return lag_is_bounded(self.early_p50, self.late_p50)
 
     def fresh(self, target_p95: float) -> bool:
         return (
