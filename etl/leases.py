@@ -18,6 +18,7 @@ waiting for it to expire. An owner on another host is never judged: its lease la
 
 from __future__ import annotations
 
+import getpass
 import logging
 import os
 import socket
@@ -59,6 +60,17 @@ def process_start(pid: int) -> int | None:
         return int(fields[19])  # field 22 of the whole line: starttime
     except (IndexError, ValueError):
         return None
+
+
+def operator() -> str:
+    """Who takes an operator's action (a resolution, a recompute), as the catalog records
+    it: ``user@host``; the user is ``unknown`` where the system has no name for this
+    process's uid (some containers)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
 
 
 def make_owner() -> str:

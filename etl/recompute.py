@@ -25,9 +25,7 @@ sealed versions and marks it DISCARDED.
 
 from __future__ import annotations
 
-import getpass
 import logging
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,18 +59,13 @@ from etl.engine import EpochEngine, recover
 from etl.engine.commit import EpochWriter
 from etl.errors import PipelineBusyError, RecomputeError, SourceError
 from etl.faults import maybe_crash
-from etl.leases import LeaseKeeper, make_owner, owner_state
+from etl.leases import LeaseKeeper, make_owner, operator, owner_state
 from etl.pipeline import Job, Pipeline
 from etl.quality import QualityGate, run_gate
 from etl.registration import catalog_pipeline_name
 from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS
 
 log = logging.getLogger(__name__)
-
-
-def default_actor() -> str:
-    """Who runs the recompute, as its revision records it: user@host."""
-    return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 @dataclass(frozen=True)
@@ -88,7 +81,7 @@ class RecomputeRequest:
     """One batch per originally sealed epoch (time travel stays epoch-granular); else
     coalesced into as few batches as the tables' latest epochs allow."""
     reason: str = ""
-    actor: str = field(default_factory=default_actor)
+    actor: str = field(default_factory=operator)
 
 
 @dataclass(frozen=True)
@@ -747,7 +740,6 @@ __all__ = [
     "TableRecompute",
     "abandoned_revisions",
     "building_revisions",
-    "default_actor",
     "discard_abandoned",
     "recompute",
     "recompute_jobs",

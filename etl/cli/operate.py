@@ -3,8 +3,6 @@ pipeline no longer declares). Accept, skip and retire need no Spark."""
 
 from __future__ import annotations
 
-import getpass
-import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -31,14 +29,6 @@ retire_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(retire_app, name="retire")
-
-
-def _actor() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:  # noqa: BLE001 - no user name in some containers
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 @app.command()
@@ -92,7 +82,7 @@ def resolve(
     from catalog import ResolutionAction
     from etl.engine import resolve as resolving
     from etl.errors import UsageError
-    from etl.leases import holding
+    from etl.leases import holding, operator
 
     chosen = [
         action
@@ -117,7 +107,7 @@ def resolve(
             raise UsageError(f"unknown table {table!r}; the catalog has {known}")
         blocked = resolving.blocked_epoch(catalog, table, epoch)
         with holding(catalog, blocked.job) as lease:
-            actor = _actor()
+            actor = operator()
             if action is ResolutionAction.ACCEPT:
                 result = resolving.accept(catalog, blocked, lease, actor=actor, reason=reason)
             elif action is ResolutionAction.SKIP:

@@ -580,7 +580,7 @@ def recompute(
 
     Example: etl recompute word_counts --downstream --pipeline pipeline.py --reason "fix"
     """
-    from etl.recompute import RecomputeRequest, default_actor
+    from etl.recompute import RecomputeRequest
     from etl.recompute import recompute as recomputing
     from etl.spark import build_spark
 
@@ -593,7 +593,6 @@ def recompute(
         from_epoch=from_epoch,
         per_epoch=per_epoch,
         reason=reason,
-        actor=default_actor(),
     )
     spark = quiet_spark_log(build_spark(master=master, app_name="etl-recompute"), verbose)
     result = recomputing(
