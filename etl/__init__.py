@@ -7,9 +7,9 @@ names, each with the module that defines it.
 
 from __future__ import annotations
 
-import importlib
 import logging
-from typing import Any
+
+from etl.lazy import lazy_exports
 
 # A library leaves logging to its user (no "No handlers" fallback printing to stderr).
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -64,14 +64,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'etl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -13,8 +13,7 @@ engine it uses: ``etl snapshot words`` imports neither sqlglot nor DuckDB.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from etl.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "ParsedQuery": "etl.reader.query",
@@ -31,14 +30,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'etl.reader' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
