@@ -10,10 +10,11 @@ from catalog.models import EpochExpiry, Pin, Tag
 
 
 class RetentionStore(ABC):
-    """Retention: pins, tags, expired epochs and retention policies."""
+    """Retention: pins, tags, expired epochs and retention policies.
 
-    # before an expiry protects its epoch (the expiry skips it); one created after it
-    # fails with EpochExpiredError.
+    A pin or tag created before an expiry protects its epoch (the expiry skips it); one
+    created after it fails with EpochExpiredError.
+    """
 
     @abstractmethod
     def create_pin(
@@ -43,6 +44,12 @@ class RetentionStore(ABC):
     @abstractmethod
     def active_pins(self, *, now: datetime | None = None) -> list[Pin]:
         """Pins not expired at ``now`` (default: the catalog's clock), oldest first."""
+
+    @abstractmethod
+    def remove_expired_pins(self, *, dry_run: bool = False) -> int:
+        """Delete the pins expired at the catalog's clock (a reader that died leaves its
+        pin behind); how many. They protect nothing already; renewing one fails as before.
+        ``dry_run``: count them only."""
 
     @abstractmethod
     def create_tag(

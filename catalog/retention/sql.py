@@ -140,6 +140,14 @@ class SqlRetentionStore(SqlStore, RetentionStore):
             rows = conn.execute(sa.select(p).where(p.c.expires_at > at).order_by(p.c.created_at))
             return [self._pin(row) for row in rows]
 
+    def remove_expired_pins(self, *, dry_run: bool = False) -> int:
+        p = pins_table
+        with self._read() if dry_run else self._write() as conn:
+            expired = p.c.expires_at <= self._now(conn)
+            if dry_run:
+                return conn.execute(sa.select(sa.func.count()).select_from(p).where(expired)).scalar_one()
+            return conn.execute(p.delete().where(expired)).rowcount
+
     @staticmethod
     def _tag(row: Any) -> Tag:
         return Tag(

@@ -91,6 +91,7 @@ def maintain(
             if report.epochs_expired
             else ""
         )
+        + f"; expired pins: {report.pins_removed}"
     )
     for reason in report.held_back:
         echo(f"held back: {reason}")

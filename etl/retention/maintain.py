@@ -25,6 +25,8 @@ PRODUCT.md, "Retention, pins and tags". Safe while pipelines run:
   left to the next run of maintenance; it never fails the job.
 - **Log upkeep** checkpoints the latest version and deletes log entries older than the
   oldest kept version (after a checkpoint at exactly that version).
+- **Expired pins** (left by readers that died without releasing them) are deleted from the
+  catalog first; they protect nothing already.
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ class MaintenanceReport:
     rules: dict[str, str] = field(default_factory=dict)
     epochs_held: dict[int, str] = field(default_factory=dict)
     """Epochs the policy lets go that a pin or a tag keeps, and which."""
+    pins_removed: int = 0
+    """Expired pins deleted from the catalog (readers that died without releasing them)."""
     tables: list[TableMaintenance] = field(default_factory=list)
 
     @property
@@ -250,7 +254,9 @@ def maintain(
     """
     now = now or datetime.now(UTC)
     names = [pipeline] if pipeline is not None else [p.name for p in catalog.list_pipelines()]
-    report = MaintenanceReport(dry_run=dry_run, pipelines=names)
+    report = MaintenanceReport(
+        dry_run=dry_run, pipelines=names, pins_removed=catalog.remove_expired_pins(dry_run=dry_run)
+    )
     for name in names:
         expired_now, rule = plan_expiry(catalog, name, now=now)
         report.rules[name] = rule

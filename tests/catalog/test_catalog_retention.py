@@ -114,6 +114,23 @@ def test_expired_pins_are_not_active_and_cannot_be_renewed(catalog):
         catalog.create_pin(pipeline=None, epoch=None, versions={}, holder="r", ttl_seconds=0)
 
 
+def test_expired_pins_are_removed_live_ones_kept(catalog):
+    (e1,) = epochs(catalog, 1)
+    dead = catalog.create_pin(
+        pipeline=None, epoch=e1, versions={"t": 1}, holder="r", ttl_seconds=SHORT_TTL
+    )
+    live = catalog.create_pin(pipeline=None, epoch=e1, versions={}, holder="r", ttl_seconds=60)
+    assert catalog.remove_expired_pins() == 0
+    time.sleep(SHORT_TTL + 0.1)
+    assert catalog.remove_expired_pins(dry_run=True) == 1
+    assert catalog.remove_expired_pins() == 1
+    assert catalog.remove_expired_pins() == 0
+    assert catalog.active_pins() == [live]
+    with pytest.raises(PinExpiredError):
+        catalog.renew_pin(dead, ttl_seconds=60)
+    assert catalog.renew_pin(live, ttl_seconds=60).id == live.id
+
+
 def test_tags_live_until_deleted_and_protect_their_epoch(catalog):
     e1, e2 = epochs(catalog, 2)
     tag = catalog.create_tag("month_end", epoch=e1, versions={"raw": 1}, pipeline="default")

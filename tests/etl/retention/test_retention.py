@@ -345,6 +345,14 @@ def test_status_and_epochs_show_expired_pinned_and_tagged_epochs(tmp_path):
     [pipeline] = json.loads(status.stdout)["pipelines"]
     assert (pipeline["expired_epochs"], pipeline["pins"], pipeline["tags"]) == (1, 1, ["audit"])
     catalog.release_pin(pin)
+    # A reader that died leaves its pin: maintenance deletes it once it expired.
+    catalog.create_pin(pipeline=None, epoch=3, versions={}, holder="dead", ttl_seconds=0.2)
+    time.sleep(0.3)
+    plan = etl("maintain", "--dry-run", "--format", "json", "--warehouse", warehouse, cwd=tmp_path)
+    assert plan.returncode == 0 and json.loads(plan.stdout)["pins_removed"] == 1, plan.stderr
+    done = etl("maintain", "--warehouse", warehouse, cwd=tmp_path)
+    assert done.returncode == 0 and "expired pins: 1" in done.stdout, done.stderr
+    assert catalog.remove_expired_pins(dry_run=True) == 0
     catalog.close()
 
 
