@@ -146,19 +146,28 @@ source_slices_table = sa.Table(
 
 _STATES = tuple(state.value for state in EpochState)
 
+
+def _epoch_state_columns() -> list[sa.Column[Any]]:
+    """One table's state at one epoch: the columns of the current states, their history
+    and the states a recompute's switch replaced."""
+    return [
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("delta_version", sa.BigInteger),
+        _name_column("job"),
+        sa.Column("attempt", sa.Integer, nullable=False),
+        sa.Column("generation", sa.BigInteger),
+        _epoch_column("coalesced_into"),
+        sa.Column("rows", sa.BigInteger),
+        sa.Column("reason", sa.Text),
+    ]
+
+
 table_epochs_table = sa.Table(
     "table_epochs",
     metadata,
     _name_column("table_name", sa.ForeignKey("tables.name"), primary_key=True),
     _epoch_column("epoch", sa.ForeignKey("epochs.id"), primary_key=True),
-    sa.Column("state", sa.String(16), nullable=False),
-    sa.Column("delta_version", sa.BigInteger),
-    _name_column("job"),
-    sa.Column("attempt", sa.Integer, nullable=False),
-    sa.Column("generation", sa.BigInteger),
-    _epoch_column("coalesced_into"),
-    sa.Column("rows", sa.BigInteger),
-    sa.Column("reason", sa.Text),
+    *_epoch_state_columns(),
     sa.Column("updated_at", UtcDateTime, nullable=False),
     sa.CheckConstraint(f"state IN {_STATES!r}", name="ck_table_epochs_state"),
     # max(epoch) for one (table, state) is one descent of this index: latest_written and
@@ -173,14 +182,7 @@ epoch_history_table = sa.Table(
     sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
     _name_column("table_name", nullable=False),
     _epoch_column("epoch", nullable=False),
-    sa.Column("state", sa.String(16), nullable=False),
-    sa.Column("delta_version", sa.BigInteger),
-    _name_column("job"),
-    sa.Column("attempt", sa.Integer, nullable=False),
-    sa.Column("generation", sa.BigInteger),
-    _epoch_column("coalesced_into"),
-    sa.Column("rows", sa.BigInteger),
-    sa.Column("reason", sa.Text),
+    *_epoch_state_columns(),
     sa.Column("recorded_at", UtcDateTime, nullable=False),
     sa.Index("ix_epoch_history_table_epoch", "table_name", "epoch"),
 )
@@ -317,13 +319,6 @@ revision_states_table = sa.Table(
     ),
     _name_column("table_name", primary_key=True),
     _epoch_column("epoch", primary_key=True),
-    sa.Column("state", sa.String(16), nullable=False),
-    sa.Column("delta_version", sa.BigInteger),
-    _name_column("job"),
-    sa.Column("attempt", sa.Integer, nullable=False),
-    sa.Column("generation", sa.BigInteger),
-    _epoch_column("coalesced_into"),
-    sa.Column("rows", sa.BigInteger),
-    sa.Column("reason", sa.Text),
+    *_epoch_state_columns(),
     sa.Column("updated_at", UtcDateTime, nullable=False),
 )
