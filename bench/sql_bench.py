@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench._common import load_average
 
@@ -166,7 +167,7 @@ def main() -> dict:
             warm.append(time.perf_counter() - started)
         warm = warm[3:]
         catalog.close()
-    figures = {
+    figures: dict[str, Any] = {
         "etl_sql_duckdb_s": statistics.median(duck),
         "etl_sql_duckdb_cpu_s": statistics.median(cpu for _, cpu in duck_timed),
         "floor_s": statistics.median(wall for wall, _ in floor),
