@@ -9,6 +9,12 @@ then measures:
 - ``etl sql --engine duckdb`` against the floor: a plain Python + DuckDB script reading
   the same cut (``etl snapshot --format json``, written once to a file) and running the
   query (RUNS each, median, wall and CPU); target: at most 2x (issue 28);
+- the library floor: the same script importing first the libraries ``etl sql`` uses
+  besides DuckDB (SQLAlchemy, sqlglot, pyarrow, deltalake, typer with pydantic, rich)
+  and translating the query with sqlglot (Spark SQL to DuckDB's dialect); CPU of
+  ``etl sql`` over it is what the project's own code costs, its CPU over the floor's
+  what those libraries cost;
+- ``etl snapshot`` of the three tables (``--format json``), CPU;
 - ``etl --version`` alone (wall and CPU): what importing the command costs;
 - the same query through ``snapshot(...)`` + ``snap.duckdb()`` in a warm process:
   resolution plus read, median of WARM runs; target under 50 ms.
@@ -27,12 +33,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from bench._common import load_average
 
 REPO = Path(__file__).resolve().parents[1]
 QUERY = (
     "SELECT w.word, c.cnt, n.words FROM words w JOIN word_counts c USING (word) "
     "JOIN cnt_counts n USING (cnt)"
 )
+TABLES = ("words", "word_counts", "cnt_counts")
 RUNS = 3
 WARM = 50
 
@@ -53,6 +63,31 @@ rows = db.sql(sys.argv[3]).fetchall()
 print("\\n".join(",".join(map(str, row)) for row in rows))
 """
 """The floor of an interactive read: Python, DuckDB and the cut, nothing else."""
+
+LIBRARIES = (
+    "sqlalchemy",
+    "sqlalchemy.dialects.sqlite",
+    "sqlglot",
+    "sqlglot.optimizer.scope",
+    "pyarrow",
+    "deltalake",
+    "typer",
+    "pydantic",
+    "rich.console",
+)
+"""What ``etl sql --engine duckdb`` imports besides DuckDB: the catalog's SQLAlchemy, the
+query's sqlglot, Arrow for the result and the Delta log (``same_rows_version``), and the
+command line's typer (which coerces options through pydantic) and rich."""
+
+LIBRARY_FLOOR = (
+    "import sys\n"
+    + "".join(f"import {name}\n" for name in LIBRARIES)
+    + 'sqlglot.parse_one(sys.argv[3], read="spark").sql(dialect="duckdb")\n'
+    + FLOOR
+)
+"""The floor after importing :data:`LIBRARIES` and translating the query from Spark SQL to
+DuckDB's dialect with sqlglot: what ``etl sql`` could cost with those libraries and no
+code of its own."""
 
 
 def _timed(command: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[float, float]:
@@ -110,7 +145,10 @@ def main() -> dict:
         sql = ("sql", QUERY, "--consistency", "repeatable-read", "--format", "csv")
         duck_timed = [_etl_timed(*sql, "--engine", "duckdb", cwd=root) for _ in range(RUNS)]
         duck = [wall for wall, _ in duck_timed]
-        floor = _floor(root)
+        floor, library_floor = _floors(root)
+        snapshot_cpu = [
+            _etl_timed("snapshot", *TABLES, "--format", "json", cwd=root)[1] for _ in range(RUNS)
+        ]
         version = [_etl_timed("--version", cwd=root) for _ in range(RUNS)]
         spark = [
             _etl(*sql, "--engine", "spark", "--master", "local[1]", cwd=root) for _ in range(RUNS)
@@ -129,11 +167,14 @@ def main() -> dict:
             warm.append(time.perf_counter() - started)
         warm = warm[3:]
         catalog.close()
-    figures = {
+    figures: dict[str, Any] = {
         "etl_sql_duckdb_s": statistics.median(duck),
         "etl_sql_duckdb_cpu_s": statistics.median(cpu for _, cpu in duck_timed),
         "floor_s": statistics.median(wall for wall, _ in floor),
         "floor_cpu_s": statistics.median(cpu for _, cpu in floor),
+        "library_floor_s": statistics.median(wall for wall, _ in library_floor),
+        "library_floor_cpu_s": statistics.median(cpu for _, cpu in library_floor),
+        "etl_snapshot_cpu_s": statistics.median(snapshot_cpu),
         "etl_version_s": statistics.median(wall for wall, _ in version),
         "etl_version_cpu_s": statistics.median(cpu for _, cpu in version),
         "etl_sql_spark_s": statistics.median(spark),
@@ -141,6 +182,7 @@ def main() -> dict:
         "snap_duckdb_warm_median_ms": statistics.median(warm) * 1000,
         "runs": RUNS,
         "warm_runs": WARM,
+        "load_average": load_average(),
     }
     print(
         f"etl sql, 3-table repeatable-read join (whole command, median of {RUNS}): "
@@ -156,6 +198,18 @@ def main() -> dict:
         f"{figures['etl_sql_duckdb_cpu_s']:.2f} vs {figures['floor_cpu_s']:.2f} s -> "
         f"{figures['vs_floor_cpu']:.1f}x (target <= 2x)"
     )
+    figures["vs_library_floor_cpu"] = (
+        figures["etl_sql_duckdb_cpu_s"] / figures["library_floor_cpu_s"]
+    )
+    figures["library_floor_vs_floor_cpu"] = figures["library_floor_cpu_s"] / figures["floor_cpu_s"]
+    print(
+        f"the floor importing etl sql's libraries first (median of {RUNS}): CPU "
+        f"{figures['library_floor_cpu_s']:.2f} s = {figures['library_floor_vs_floor_cpu']:.1f}x "
+        f"the floor; etl sql {figures['vs_library_floor_cpu']:.1f}x it (the project's own code)"
+    )
+    print(
+        f"etl snapshot of the 3 tables, CPU (median of {RUNS}): {figures['etl_snapshot_cpu_s']:.2f} s"
+    )
     print(
         f"etl --version (median of {RUNS}): wall {figures['etl_version_s']:.2f} s, CPU "
         f"{figures['etl_version_cpu_s']:.2f} s"
@@ -164,17 +218,18 @@ def main() -> dict:
         f"snapshot + snap.duckdb() warm, resolution + read (median of {WARM}): "
         f"{figures['snap_duckdb_warm_median_ms']:.1f} ms (target < 50 ms)"
     )
+    print(figures["load_average"])
     out = REPO / "bench" / "results"
     out.mkdir(exist_ok=True)
     (out / "sql.json").write_text(json.dumps(figures, indent=2) + "\n")
     return figures
 
 
-def _floor(root: Path) -> list[tuple[float, float]]:
-    """The floor script's runs, on the cut ``etl snapshot --format json`` gives."""
-    tables = ("words", "word_counts", "cnt_counts")
+def _floors(root: Path) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """The runs of the floor script and of the library floor, alternately, on the cut
+    ``etl snapshot --format json`` gives."""
     cut = subprocess.run(
-        [str(Path(sys.executable).with_name("etl")), "snapshot", *tables, "--format", "json"],
+        [str(Path(sys.executable).with_name("etl")), "snapshot", *TABLES, "--format", "json"],
         cwd=root,
         env=_environment(),
         capture_output=True,
@@ -183,10 +238,17 @@ def _floor(root: Path) -> list[tuple[float, float]]:
     ).stdout
     (root / "cut.json").write_text(cut)
     (root / "floor.py").write_text(FLOOR)
+    (root / "library_floor.py").write_text(LIBRARY_FLOOR)
     from etl.reader import delta_extension_path
 
-    command = [sys.executable, "floor.py", "cut.json", delta_extension_path(), QUERY]
-    return [_timed(command, cwd=root, env=_environment()) for _ in range(RUNS)]
+    arguments = ["cut.json", delta_extension_path(), QUERY]
+    floor, library_floor = [], []
+    for _ in range(RUNS):
+        floor.append(_timed([sys.executable, "floor.py", *arguments], cwd=root, env=_environment()))
+        library_floor.append(
+            _timed([sys.executable, "library_floor.py", *arguments], cwd=root, env=_environment())
+        )
+    return floor, library_floor
 
 
 if __name__ == "__main__":

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
-import pyarrow.fs as pafs
-
 from etl.errors import StorageError
 
 if TYPE_CHECKING:
+    # pyarrow is imported where a file system is made: a read that only names locations
+    # (``etl snapshot``) imports none.
+    import pyarrow.fs as pafs
     from pyspark.sql import SparkSession
 
 SparkIO = Literal["hadoop", "arrow"]
@@ -94,16 +95,22 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     parsed = urlparse(location)
     if parsed.scheme in ("s3", "s3a"):
         return _s3(object_store()), f"{parsed.netloc}{parsed.path}".rstrip("/")
+    import pyarrow.fs as pafs
+
     return pafs.FileSystem.from_uri(location)
 
 
 @functools.cache
 def _local() -> pafs.FileSystem:
+    import pyarrow.fs as pafs
+
     return pafs.LocalFileSystem()
 
 
 @functools.cache
 def _s3(store: ObjectStore) -> pafs.FileSystem:
+    import pyarrow.fs as pafs
+
     endpoint = store.endpoint
     return pafs.S3FileSystem(
         endpoint_override=endpoint.split("://", 1)[1] if endpoint else None,

@@ -1,7 +1,9 @@
 """What a command imports (issue 28, item 5): ``etl --version`` and ``etl --help`` import
-no catalog and no engine, ``etl snapshot`` of named tables neither sqlglot nor DuckDB,
-and ``etl sql`` on DuckDB no PySpark or Great Expectations. Pinned by the modules a real
-run of the command leaves in ``sys.modules``, not by timing."""
+no catalog and no engine, ``etl snapshot`` of named tables no sqlglot, DuckDB, Arrow
+(pyarrow, numpy) or delta-rs, and neither it nor ``etl sql`` on DuckDB imports PySpark,
+Great Expectations, Kafka, pandas, Polars or (on a SQLite catalog) the PostgreSQL
+driver. Pinned by the modules a real run of the command leaves in ``sys.modules``, not
+by timing."""
 
 from __future__ import annotations
 
@@ -21,11 +23,19 @@ WATCHED = (
     "deltalake",
     "duckdb",
     "great_expectations",
+    "kafka",
+    "numpy",
+    "pandas",
+    "polars",
+    "psycopg",
     "pyarrow",
     "pyspark",
     "sqlalchemy",
     "sqlglot",
 )
+NEVER_FOR_READS = {"great_expectations", "kafka", "pandas", "polars", "psycopg", "pyspark"}
+"""What a read through DuckDB on a SQLite catalog never needs: Spark, the quality gates,
+Kafka, the DataFrame libraries, the PostgreSQL driver."""
 
 RUN_AND_LIST = """
 import json, sys
@@ -76,19 +86,21 @@ def warehouse(tmp_path):
     return warehouse
 
 
-def test_a_snapshot_of_named_tables_imports_no_sqlglot_and_no_engine(warehouse, tmp_path):
+def test_a_snapshot_of_named_tables_imports_no_sqlglot_no_arrow_and_no_engine(warehouse, tmp_path):
+    """The cut of named tables is the catalog's: it needs no Delta log, no file system."""
     imported = imported_by(
         "snapshot", "numbers", "--warehouse", str(warehouse), "--format", "json", cwd=tmp_path
     )
-    assert imported.isdisjoint({"sqlglot", "duckdb", "pyspark", "great_expectations"})
+    assert imported.isdisjoint({"sqlglot", "duckdb", "pyarrow", "numpy", "deltalake"})
+    assert imported.isdisjoint(NEVER_FOR_READS)
     assert "catalog" in imported  # the command did resolve the cut
 
 
-def test_sql_on_duckdb_imports_no_pyspark_and_no_great_expectations(warehouse, tmp_path):
+def test_sql_on_duckdb_imports_no_spark_no_quality_gates_and_no_dataframes(warehouse, tmp_path):
     query = "SELECT sum(n) AS total FROM numbers"
     imported = imported_by(
         "sql", query, "--warehouse", str(warehouse), "--consistency", "read-committed",
         cwd=tmp_path,
     )  # fmt: skip
-    assert imported.isdisjoint({"pyspark", "great_expectations"})
+    assert imported.isdisjoint(NEVER_FOR_READS)
     assert {"duckdb", "sqlglot"} <= imported  # the command did read through DuckDB
