@@ -369,9 +369,10 @@ class Runner:
         return self.catalog.open_epoch(barrier_ts, pipeline=self.catalog_pipeline)
 
     def _done_through(self, job: Job) -> int:
-        table = self.catalog.get_table(job.output)
         sealed = self.catalog.latest_written([job.output]).get(job.output)
-        return sealed.epoch if sealed else table.first_epoch - 1
+        if sealed is not None:
+            return sealed.epoch
+        return self.catalog.get_table(job.output).first_epoch - 1
 
     def remaining(self) -> dict[str, int]:
         """Per job, how many of the pipeline's opened epochs it has not sealed yet."""
