@@ -31,7 +31,8 @@ Reported:
   Delta commit (read inputs + transform + write files + commit = PROCESSED), and sealing
   (PROCESSED -> WRITTEN); plus the engine's own stage timings when ``BatchResult`` has a
   ``timings`` mapping (stage -> seconds);
-- how long stopping took (the runner finishes every issued epoch first), and the load.
+- how long stopping took (the runner finishes every issued epoch first), the CPU seconds
+  of the run's process and its JVM per batch in the window, and the load.
 
 Environment (defaults in brackets): DB_BENCH_SOURCE [file] ``file`` or ``kafka`` (the
 root's source), DB_BENCH_SECONDS [120] measured window,
@@ -62,7 +63,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from bench._common import LoadSampler, env_float, env_int, load_average, median, percentile
+from bench._common import (
+    LoadSampler,
+    ProcessCpu,
+    env_float,
+    env_int,
+    load_average,
+    median,
+    percentile,
+)
 
 SOURCE_SCHEMA = "id BIGINT, customer INT, category STRING, amount DOUBLE"
 ROOT_TABLE = "events"
@@ -748,9 +757,12 @@ def main() -> None:
             driver.start()
             probe.start()
             time.sleep(warmup)
+            cpu = ProcessCpu(spark)
             window_start = time.time()
+            cpu_start = (cpu.python(), cpu.jvm(), len(batches.records))
             time.sleep(seconds)
             window_end = time.time()
+            cpu_end = (cpu.python(), cpu.jvm(), len(batches.records))
             finish(feeder, driver, probe)
             drained = (driver.finished_at or window_end) - window_end
         print(
@@ -766,6 +778,13 @@ def main() -> None:
             probe=probe,
             batches=batches,
             window=(window_start, window_end),
+        )
+        ran = max(1, cpu_end[2] - cpu_start[2])
+        python_cpu, jvm_cpu = cpu_end[0] - cpu_start[0], cpu_end[1] - cpu_start[1]
+        print(
+            f"CPU in the window (less moved by the load than wall time): driver Python "
+            f"{python_cpu:.1f} s, JVM {jvm_cpu:.1f} s over {ran} batches: "
+            f"{python_cpu / ran * 1000:.0f} + {jvm_cpu / ran * 1000:.0f} ms per batch"
         )
         print(load.summary() + f"; now {load_average()}")
         catalog.close()
