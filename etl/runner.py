@@ -624,6 +624,8 @@ class Runner:
 
         ready: dict[str, EpochBatch] = {}
         """The next batch of each job that is runnable but waits for a free slot."""
+        more_planned: set[str] = set()
+        """Jobs whose last plan found more batches than the one it gave them."""
         draining = False
 
         def holding_slots(now: float) -> list[float]:
@@ -671,6 +673,10 @@ class Runner:
                         ready[job.name] = batches[0]
                     else:
                         ready.pop(job.name, None)
+                    if len(batches) > 1:
+                        more_planned.add(job.name)
+                    else:
+                        more_planned.discard(job.name)
                 if giving_up:  # finish what runs, start nothing
                     retry_at.clear()
                     ready.clear()
@@ -701,8 +707,13 @@ class Runner:
                 finished, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
                 for future in finished:
                     job, batch, _ = running.pop(future)
-                    dirty.add(job.name)
                     dirty |= {c for t in self.pipeline.tables_of(job) for c in consumers[t]}
+                    # A batch that ended well leaves its job nothing to run unless its last
+                    # plan found more: any other epoch becomes runnable by an event that
+                    # marks the job (an input's batch ending, an epoch opening). Planning
+                    # costs catalog round trips on the way of the epoch downstream.
+                    if job.name in more_planned or future.exception() is not None:
+                        dirty.add(job.name)
                     try:
                         result = future.result()
                     except (UnclaimedTableError, CatalogUnavailableError) as exc:
