@@ -10,10 +10,11 @@ The chain (linear, so the last table depends on every other one):
 
 A feeder thread drops small JSON files at a steady rate (written under a dot-name, then
 renamed), or, with ``DB_BENCH_SOURCE=kafka``, produces the same JSON records to a topic of a
-local tansu broker (one producer flush per tick). ``Runner.run_continuous`` runs in a thread. A probe thread, with a catalog of its
-own, resolves a repeatable-read snapshot of all the tables through the public reader every
-``DB_BENCH_PROBE_INTERVAL`` seconds and records when each epoch first became visible.
-After the warm-up, epochs whose barrier falls in the measured window count.
+local tansu broker (one producer flush per tick). ``Runner.run_continuous`` runs in a
+thread. A probe measures from outside the run: a separate process with a catalog of its
+own resolves a repeatable-read snapshot of all the tables through the public reader
+(``etl.snapshot(...).epoch``) every ``DB_BENCH_PROBE_INTERVAL`` seconds, and the bench
+records when each epoch first became visible. After the warm-up, epochs whose barrier falls in the measured window count.
 
 Reported:
 
@@ -30,7 +31,8 @@ Reported:
   Delta commit (read inputs + transform + write files + commit = PROCESSED), and sealing
   (PROCESSED -> WRITTEN); plus the engine's own stage timings when ``BatchResult`` has a
   ``timings`` mapping (stage -> seconds);
-- how long stopping took (the runner finishes every issued epoch first), and the load.
+- how long stopping took (the runner finishes every issued epoch first), the CPU seconds
+  of the run's process and its JVM per batch in the window, and the load.
 
 Environment (defaults in brackets): DB_BENCH_SOURCE [file] ``file`` or ``kafka`` (the
 root's source), DB_BENCH_SECONDS [120] measured window,
@@ -47,6 +49,7 @@ Run: ``python -m bench freshness``.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 import statistics
@@ -60,7 +63,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from bench._common import LoadSampler, env_float, env_int, load_average, median, percentile
+from bench._common import (
+    LoadSampler,
+    ProcessCpu,
+    env_float,
+    env_int,
+    load_average,
+    median,
+    percentile,
+)
 
 SOURCE_SCHEMA = "id BIGINT, customer INT, category STRING, amount DOUBLE"
 ROOT_TABLE = "events"
@@ -321,9 +332,44 @@ def finish(feeder: Feeder, driver: ContinuousRun, probe: Probe):
         feeder.join()
 
 
-class Probe(threading.Thread):
-    """Resolves repeatable-read snapshots of ``tables`` in a loop with its own catalog and
-    records when each epoch first became visible (wall-clock seconds)."""
+def _poll_snapshots(
+    warehouse: str,
+    catalog_url: str | None,
+    tables: list[str],
+    interval: float,
+    stop_event,
+    sender,
+) -> None:
+    """The probe process: resolve a repeatable-read snapshot of ``tables`` through the
+    public reader every ``interval`` seconds with a catalog of its own, and send each
+    outcome as (epoch or None, wall-clock time, seconds the resolution took, error or
+    None) until ``stop_event`` is set."""
+    from catalog import load_catalog
+    from etl import snapshot
+
+    catalog = load_catalog(catalog_url, warehouse=warehouse)
+    try:
+        while not stop_event.is_set():
+            started = time.perf_counter()
+            error = None
+            try:
+                epoch = snapshot(catalog, tables, "repeatable-read").epoch
+            except Exception as exc:  # noqa: BLE001 - e.g. before the first seal
+                error = f"{type(exc).__name__}: {exc}"
+                epoch = None
+            sender.send((epoch, time.time(), time.perf_counter() - started, error))
+            stop_event.wait(interval)
+    finally:
+        catalog.close()
+        sender.close()
+
+
+class Probe:
+    """Resolves repeatable-read snapshots of ``tables`` from outside the run: a separate
+    process polls the public ``etl.snapshot(...).epoch`` with a catalog of its own (it
+    shares neither the run's interpreter lock nor its catalog connections), and a thread
+    of this process records when each epoch first became visible (wall-clock seconds), as
+    the outcomes arrive: the records can be read while the probe runs."""
 
     def __init__(
         self,
@@ -333,43 +379,56 @@ class Probe(threading.Thread):
         interval: float,
         catalog_url: str | None = None,
     ):
-        super().__init__(name="probe", daemon=True)
-        self.warehouse = warehouse
-        self.catalog_url = catalog_url
+        context = multiprocessing.get_context("spawn")
         self.tables = tables
         self.interval = interval
-        self.stop_event = threading.Event()
+        self.stop_event = context.Event()
         self.exact: dict[int, float] = {}
         """epoch -> when the cut was first exactly at it."""
         self.reached: dict[int, float] = {}
         """epoch -> when the cut was first at it or past it (its rows are visible)."""
         self.resolutions: list[float] = []
         self.errors: list[str] = []
+        self._receiver, self._sender = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=_poll_snapshots,
+            args=(
+                str(warehouse),
+                catalog_url,
+                list(tables),
+                interval,
+                self.stop_event,
+                self._sender,
+            ),
+            name="probe",
+            daemon=True,
+        )
+        self._listener = threading.Thread(target=self._listen, name="probe-listener", daemon=True)
 
-    def run(self) -> None:
-        from catalog import load_catalog
-        from etl import snapshot
+    def start(self) -> None:
+        self._process.start()
+        self._sender.close()  # the child holds the only sending end: its exit ends _listen
+        self._listener.start()
 
-        catalog = load_catalog(self.catalog_url, warehouse=self.warehouse)
+    def join(self) -> None:
+        self._process.join()
+        self._listener.join()
+
+    def _listen(self) -> None:
         newest = 0
-        try:
-            while not self.stop_event.is_set():
-                started = time.perf_counter()
-                try:
-                    epoch = snapshot(catalog, self.tables, "repeatable-read").epoch
-                except Exception as exc:  # noqa: BLE001 - e.g. before the first seal
-                    self.errors.append(f"{type(exc).__name__}: {exc}")
-                    epoch = None
-                now = time.time()
-                self.resolutions.append(time.perf_counter() - started)
-                if epoch is not None and epoch > newest:
-                    self.exact.setdefault(epoch, now)
-                    for e in range(newest + 1, epoch + 1):
-                        self.reached.setdefault(e, now)
-                    newest = epoch
-                self.stop_event.wait(self.interval)
-        finally:
-            catalog.close()
+        while True:
+            try:
+                epoch, seen_at, seconds, error = self._receiver.recv()
+            except EOFError:
+                return
+            self.resolutions.append(seconds)
+            if error is not None:
+                self.errors.append(error)
+            if epoch is not None and epoch > newest:
+                self.exact.setdefault(epoch, seen_at)
+                for e in range(newest + 1, epoch + 1):
+                    self.reached.setdefault(e, seen_at)
+                newest = epoch
 
 
 def visible_after_barrier(catalog, probe: Probe, window: tuple[float, float]) -> list[float]:
@@ -509,7 +568,7 @@ def _report(
         )
     if probe.resolutions:
         print(
-            f"  probe: {len(probe.resolutions)} snapshots, median resolve "
+            f"  probe (a separate process): {len(probe.resolutions)} snapshots, median resolve "
             f"{median(probe.resolutions) * 1000:.1f} ms, errors {len(probe.errors)}"
             + (f" (first: {probe.errors[0][:120]})" if probe.errors else "")
         )
@@ -698,9 +757,12 @@ def main() -> None:
             driver.start()
             probe.start()
             time.sleep(warmup)
+            cpu = ProcessCpu(spark)
             window_start = time.time()
+            cpu_start = (cpu.python(), cpu.jvm(), len(batches.records))
             time.sleep(seconds)
             window_end = time.time()
+            cpu_end = (cpu.python(), cpu.jvm(), len(batches.records))
             finish(feeder, driver, probe)
             drained = (driver.finished_at or window_end) - window_end
         print(
@@ -716,6 +778,13 @@ def main() -> None:
             probe=probe,
             batches=batches,
             window=(window_start, window_end),
+        )
+        ran = max(1, cpu_end[2] - cpu_start[2])
+        python_cpu, jvm_cpu = cpu_end[0] - cpu_start[0], cpu_end[1] - cpu_start[1]
+        print(
+            f"CPU in the window (less moved by the load than wall time): driver Python "
+            f"{python_cpu:.1f} s, JVM {jvm_cpu:.1f} s over {ran} batches: "
+            f"{python_cpu / ran * 1000:.0f} + {jvm_cpu / ran * 1000:.0f} ms per batch"
         )
         print(load.summary() + f"; now {load_average()}")
         catalog.close()

@@ -369,9 +369,10 @@ class Runner:
         return self.catalog.open_epoch(barrier_ts, pipeline=self.catalog_pipeline)
 
     def _done_through(self, job: Job) -> int:
-        table = self.catalog.get_table(job.output)
         sealed = self.catalog.latest_written([job.output]).get(job.output)
-        return sealed.epoch if sealed else table.first_epoch - 1
+        if sealed is not None:
+            return sealed.epoch
+        return self.catalog.get_table(job.output).first_epoch - 1
 
     def remaining(self) -> dict[str, int]:
         """Per job, how many of the pipeline's opened epochs it has not sealed yet."""
@@ -623,6 +624,8 @@ class Runner:
 
         ready: dict[str, EpochBatch] = {}
         """The next batch of each job that is runnable but waits for a free slot."""
+        more_planned: set[str] = set()
+        """Jobs whose last plan found more batches than the one it gave them."""
         draining = False
 
         def holding_slots(now: float) -> list[float]:
@@ -670,6 +673,10 @@ class Runner:
                         ready[job.name] = batches[0]
                     else:
                         ready.pop(job.name, None)
+                    if len(batches) > 1:
+                        more_planned.add(job.name)
+                    else:
+                        more_planned.discard(job.name)
                 if giving_up:  # finish what runs, start nothing
                     retry_at.clear()
                     ready.clear()
@@ -700,8 +707,13 @@ class Runner:
                 finished, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
                 for future in finished:
                     job, batch, _ = running.pop(future)
-                    dirty.add(job.name)
                     dirty |= {c for t in self.pipeline.tables_of(job) for c in consumers[t]}
+                    # A batch that ended well leaves its job nothing to run unless its last
+                    # plan found more: any other epoch becomes runnable by an event that
+                    # marks the job (an input's batch ending, an epoch opening). Planning
+                    # costs catalog round trips on the way of the epoch downstream.
+                    if job.name in more_planned or future.exception() is not None:
+                        dirty.add(job.name)
                     try:
                         result = future.result()
                     except (UnclaimedTableError, CatalogUnavailableError) as exc:

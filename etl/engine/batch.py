@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -27,7 +29,7 @@ from enum import StrEnum
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from catalog import Catalog, CommitManifest, EpochState, Lease, SealRequest
+from catalog import Catalog, CommitManifest, Epoch, EpochState, Lease, SealRequest
 from consistency import EpochBatch
 from etl.delta import (
     EPOCH_COLUMN,
@@ -119,6 +121,9 @@ class BatchResult:
         return self.outcome is BatchOutcome.SEALED
 
 
+_EPOCHS_KEPT = 64
+"""Epochs :meth:`EpochEngine.epoch` keeps: enough for a backlog of pending epochs."""
+
 IDLE_SEALED_MODES = ("overwrite", "merge")
 """Write modes whose batch over unchanged inputs is sealed at the output's current
 version without running (docs/design.md, "Idle epochs"). An append job over inputs
@@ -148,6 +153,32 @@ class EpochEngine:
         self._computed: dict[str, _Computed] = {}
         """Per overwrite or merge job: what its latest batch in this process read and sealed
         (only a job whose transform read nothing that changes from one epoch to the next)."""
+        self._locations: dict[str, str] = {}
+        """Where each table lives, as :meth:`location` looked it up."""
+        self._epochs: OrderedDict[int, Epoch] = OrderedDict()
+        """The epochs :meth:`epoch` looked up lately (every job of the pipeline runs each)."""
+        self._epochs_lock = threading.Lock()
+
+    def location(self, table: str) -> str:
+        """Where ``table`` lives: asked of the catalog once per engine, since the catalog
+        never changes a registered table's location (TableConflictError)."""
+        known = self._locations.get(table)
+        if known is None:
+            known = self._locations[table] = self.catalog.get_table(table).location
+        return known
+
+    def epoch(self, epoch: int) -> Epoch:
+        """Epoch ``epoch`` (an issued epoch never changes): asked of the catalog once for
+        the jobs of the pipeline, which all run it."""
+        with self._epochs_lock:
+            known = self._epochs.get(epoch)
+        if known is None:
+            known = self.catalog.get_epoch(epoch)
+            with self._epochs_lock:
+                self._epochs[epoch] = known
+                while len(self._epochs) > _EPOCHS_KEPT:
+                    self._epochs.popitem(last=False)
+        return known
 
     def attempt_of(self, job: Job, batch: EpochBatch) -> int | None:
         """The attempt number the engine gave the job's latest run of ``batch`` (to report a
@@ -186,10 +217,7 @@ class EpochEngine:
             lease=lease,
             check_lease=check_lease or (lambda: None),
             resumed=resumed,
-            locations={
-                table: self.catalog.get_table(table).location
-                for table in self.pipeline.tables_of(job)
-            },
+            locations={table: self.location(table) for table in self.pipeline.tables_of(job)},
             clock=clock or StageClock(),
         )
 
@@ -215,10 +243,12 @@ class EpochEngine:
     ) -> BatchResult:
         clock = StageClock()
         with clock.stage("read"):
-            epoch = self.catalog.get_epoch(batch.last)
+            epoch = self.epoch(batch.last)
             # Any table of the job may hold an earlier attempt (a crash after a side
             # output's commit leaves nothing of the epoch in the output): replay above all.
-            attempt = next_attempt(self.catalog, self.pipeline.tables_of(job), batch)
+            attempt = next_attempt(
+                self.catalog, {t: self.location(t) for t in self.pipeline.tables_of(job)}, batch
+            )
             self._attempts[job.name] = (batch.last, attempt)
             session = self.spark.newSession()
             writer = self.writer(
@@ -288,7 +318,9 @@ class EpochEngine:
         computed = self._computed.get(job.name)
         if computed is None or job.mode not in IDLE_SEALED_MODES:
             return False
-        sealed = self.catalog.latest_written([job.output]).get(job.output)
+        tables = self.pipeline.tables_of(job)
+        sealed_now = self.catalog.latest_written(tables)
+        sealed = sealed_now.get(job.output)
         if (
             sealed is None
             or sealed.epoch != computed.epoch
@@ -302,9 +334,9 @@ class EpochEngine:
                 return False
             if version > read_version and same_rows_version(location, read_version) < version:
                 return False
-        for table in self.pipeline.tables_of(job):
-            location = self.catalog.get_table(table).location
-            table_sealed = self.catalog.latest_written([table]).get(table)
+        for table in tables:
+            location = self.location(table)
+            table_sealed = sealed_now.get(table)
             latest = table_version(location)
             if table_sealed is None or table_sealed.delta_version is None or latest is None:
                 return False
@@ -396,7 +428,13 @@ class EpochEngine:
                 if writer.resumed
                 else written.rows_of(table)
             )
-            state = self.catalog.table_epoch(table, batch.last)
+            # Only an earlier attempt at the epoch can have been rolled back: a first
+            # attempt has nothing to look up.
+            state = (
+                self.catalog.table_epoch(table, batch.last)
+                if writer.attempt > 1 or writer.resumed
+                else None
+            )
             if state is not None and state.state is EpochState.ROLLED_BACK:
                 # An earlier attempt was undone and this one committed nothing to the table
                 # (a side output without rows this time): WRITTEN may not follow
@@ -479,10 +517,7 @@ class EpochEngine:
                     f"job {job.name!r} epoch {batch.last}: input {item.table!r} does not have the "
                     "epoch WRITTEN (alignment was violated)"
                 )
-            versions[item.table] = (
-                self.catalog.get_table(item.table).location,
-                state.delta_version,
-            )
+            versions[item.table] = (self.location(item.table), state.delta_version)
         return versions
 
     def read_inputs(
@@ -511,8 +546,9 @@ class EpochEngine:
         sealed = self.catalog.latest_written([job.output]).get(job.output)
         if sealed is None or sealed.delta_version is None:
             return None
-        location = self.catalog.get_table(job.output).location
-        return read_table(session, location, version=sealed.delta_version).drop(EPOCH_COLUMN)
+        return read_table(session, self.location(job.output), version=sealed.delta_version).drop(
+            EPOCH_COLUMN
+        )
 
     def transform(
         self,

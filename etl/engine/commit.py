@@ -10,7 +10,7 @@ over cannot commit any more. What a batch has committed so far travels as a froz
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -61,19 +61,19 @@ def commit_metadata(job: Job, batch: EpochBatch, attempt: int) -> dict[str, str 
     }
 
 
-def next_attempt(catalog: Catalog, tables: Iterable[str], batch: EpochBatch) -> int:
+def next_attempt(catalog: Catalog, tables: Mapping[str, str], batch: EpochBatch) -> int:
     """The attempt number of a new run of ``batch``: above every attempt that ever touched
-    its epochs in ``tables``, as the catalog's audit trail and the Delta logs show them.
+    its epochs in ``tables`` (name -> location), as the catalog's audit trail and the Delta
+    logs show them.
 
     A RESTORE undoes an attempt's rows but not its commits: the log is the witness of an
     attempt that died before the catalog heard of it, and recovery tells attempts apart
     by their number.
     """
-    tables = list(tables)
     seen = catalog.max_attempt(tables, batch.last)
-    for table in tables:
-        sealed = catalog.latest_written([table]).get(table)
-        location = catalog.get_table(table).location
+    sealed_now = catalog.latest_written(tables)
+    for table, location in tables.items():
+        sealed = sealed_now.get(table)
         for commit in log_commits(location, after_version=sealed.delta_version if sealed else None):
             first = commit.first_epoch if commit.first_epoch is not None else commit.epoch
             if commit.epoch is None or first is None:
@@ -195,9 +195,10 @@ class EpochWriter:
                 name=f"{batch.last}-{self.attempt}-{'audit' if audit else part}",
             )
         overwrites = mode == "overwrite" and table not in written.versions
-        # Even a batch without rows commits to create a table that does not exist yet.
-        exists = base is not None or table_exists(location)
-        if exists and not (prepared.files or prepared.removes or prepared.deletes or overwrites):
+        nothing = not (prepared.files or prepared.removes or prepared.deletes or overwrites)
+        # Even a batch without rows commits to create a table that does not exist yet (asked
+        # only then: a look at the store).
+        if nothing and (base is not None or table_exists(location)):
             return written.counted(table)
         with self.clock.stage("commit"):
             return self.commit_prepared(
