@@ -17,7 +17,6 @@ from etl.cli.app import (
     guard,
     load_pipeline_file,
     open_catalog,
-    parse_params,
     quiet_pyspark,
 )
 from etl.cli.render import print_json
@@ -80,52 +79,33 @@ def resolve(
     Example: etl resolve orders 7 --skip --reason "bad upstream export"
     """
     from catalog import ResolutionAction
-    from etl.engine import resolve as resolving
-    from etl.errors import UsageError
-    from etl.leases import holding, operator
+    from etl.engine.resolve import chosen_action, resolve_epoch
+    from etl.leases import operator
 
-    chosen = [
-        action
-        for action, flag in (
-            (ResolutionAction.ACCEPT, accept),
-            (ResolutionAction.QUARANTINE, quarantine),
-            (ResolutionAction.SKIP, skip),
-        )
-        if flag
-    ]
-    if len(chosen) != 1:
-        raise UsageError("give exactly one of --accept, --quarantine or --skip")
-    (action,) = chosen
-    if action is ResolutionAction.QUARANTINE and pipeline_file is None:
-        raise UsageError(
-            "--quarantine needs --pipeline FILE and the run's --param KEY=VALUE (the gate "
-            "that splits the rows is in the pipeline)"
-        )
+    action = chosen_action(
+        accept=accept, quarantine=quarantine, skip=skip, with_pipeline=pipeline_file is not None
+    )
+
+    def engine_for(catalog):
+        from etl.engine import EpochEngine
+        from etl.spark import build_spark
+
+        assert pipeline_file is not None  # chosen_action checked it
+        quiet_pyspark(False)
+        pipeline = load_pipeline_file(pipeline_file, param, catalog, check_sources=False)
+        spark = build_spark(master=master, app_name="etl-resolve")
+        return EpochEngine(pipeline=pipeline, catalog=catalog, spark=spark)
+
     with open_catalog(warehouse, catalog_url) as catalog:
-        known = sorted(t.name for t in catalog.list_tables(include_retired=True))
-        if table not in known:
-            raise UsageError(f"unknown table {table!r}; the catalog has {known}")
-        blocked = resolving.blocked_epoch(catalog, table, epoch)
-        with holding(catalog, blocked.job) as lease:
-            actor = operator()
-            if action is ResolutionAction.ACCEPT:
-                result = resolving.accept(catalog, blocked, lease, actor=actor, reason=reason)
-            elif action is ResolutionAction.SKIP:
-                result = resolving.skip(catalog, blocked, lease, actor=actor, reason=reason)
-            else:
-                from etl.engine import EpochEngine
-                from etl.spark import build_spark
-
-                quiet_pyspark(False)
-                parse_params(param)
-                assert pipeline_file is not None
-                pipeline = load_pipeline_file(pipeline_file, param, catalog, check_sources=False)
-                engine = EpochEngine(
-                    pipeline=pipeline,
-                    catalog=catalog,
-                    spark=build_spark(master=master, app_name="etl-resolve"),
-                )
-                result = resolving.quarantine(engine, blocked, lease, actor=actor, reason=reason)
+        result = resolve_epoch(
+            catalog,
+            table,
+            epoch,
+            action,
+            actor=operator(),
+            reason=reason,
+            engine_for=engine_for if pipeline_file is not None else None,
+        )
     what = {
         ResolutionAction.ACCEPT: "accepted as written",
         ResolutionAction.QUARANTINE: f"sealed without its {result.quarantined} failing row(s) "
