@@ -21,6 +21,10 @@ from etl.cli.app import (
 )
 from etl.cli.render import print_json
 
+DoneFormat = Annotated[
+    TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
+]
+
 retire_app = typer.Typer(
     help="Retire a job or table a pipeline no longer declares (its history stays readable), "
     "or remove a whole pipeline."
@@ -67,9 +71,7 @@ def resolve(
             envvar="ETL_SPARK_MASTER", help="Spark master for --quarantine (default local[*])."
         ),
     ] = None,
-    format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
-    ] = TableOrJson.TABLE,
+    format: DoneFormat = TableOrJson.TABLE,
 ) -> None:
     """Resolve an epoch a quality gate blocked; the resolution is recorded in the catalog.
 
@@ -138,9 +140,7 @@ def retire_job(
     name: Annotated[str, typer.Argument(help="The job to retire.")],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
-    ] = TableOrJson.TABLE,
+    format: DoneFormat = TableOrJson.TABLE,
 ) -> None:
     """Retire a job: it no longer runs or holds its pipeline's COMMIT back; its history
     stays readable. Registering it again (a pipeline file that declares it) revives it.
@@ -167,9 +167,7 @@ def retire_table(
     name: Annotated[str, typer.Argument(help="The table to retire.")],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
-    ] = TableOrJson.TABLE,
+    format: DoneFormat = TableOrJson.TABLE,
 ) -> None:
     """Retire a table: its pipeline's COMMIT no longer waits for it; its epochs stay
     readable. Its writer job must be retired first.
@@ -193,9 +191,7 @@ def retire_pipeline(
     ] = False,
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
-    ] = TableOrJson.TABLE,
+    format: DoneFormat = TableOrJson.TABLE,
 ) -> None:
     """Remove a pipeline's registration: its jobs, sources and their slices, its tables'
     registration, epochs, COMMITs and tags. Its tables' Delta files stay (readable by any
