@@ -221,16 +221,6 @@ def print_arrow(table: pa.Table, fmt: str) -> None:
     print_rows(columns, rows, fmt, null="[dim italic]NULL[/]")
 
 
-def print_record(record: Mapping[str, Any], fmt: str, *, title: str | None = None) -> None:
-    """One record: JSON, or a two-column table of its fields."""
-    fmt = str(getattr(fmt, "value", fmt))
-    if fmt == "json":
-        print_json(record)
-        return
-    with stdout_guard():
-        out.print(rows_table(("field", "value"), record.items(), title=title))
-
-
 __all__ = [
     "echo",
     "err",
@@ -238,7 +228,6 @@ __all__ = [
     "out",
     "print_arrow",
     "print_json",
-    "print_record",
     "print_rows",
     "quiet_stdout",
     "stdout_guard",

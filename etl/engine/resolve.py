@@ -20,7 +20,7 @@ that keep the catalog and the Delta logs in agreement.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -358,10 +358,6 @@ def quarantine(
     return ResolveResult(resolution, versions, commit, quarantined=verdict.quarantined)
 
 
-def resolve_actions() -> Sequence[str]:
-    return [a.value.lower() for a in ResolutionAction]
-
-
 __all__ = [
     "BlockedEpoch",
     "ResolveResult",
@@ -369,7 +365,6 @@ __all__ = [
     "blocked_epoch",
     "chosen_action",
     "quarantine",
-    "resolve_actions",
     "resolve_epoch",
     "skip",
 ]
