@@ -28,6 +28,8 @@ from etl.scheduling import (
 )
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from pyspark.sql import SparkSession
 
     from catalog import Catalog, Lease
@@ -82,7 +84,12 @@ class ProgressDisplay(Protocol):
 
     def __enter__(self) -> Any: ...
 
-    def __exit__(self, *exc: object) -> Any: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Any: ...
 
 
 class RunEvents(Protocol):
