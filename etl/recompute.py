@@ -57,9 +57,9 @@ from etl.delta import (
     table_version,
 )
 from etl.engine import BatchResult, BatchWrite, EpochEngine, EpochWriter, recover
-from etl.errors import PipelineBusyError, RecomputeError, SourceError
+from etl.errors import RecomputeError, SourceError
 from etl.faults import maybe_crash
-from etl.leases import LeaseKeeper, make_owner, operator, owner_state
+from etl.leases import LeaseKeeper, busy_error, make_owner, operator, owner_state
 from etl.pipeline import Job, Pipeline
 from etl.registration import catalog_pipeline_name
 from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS
@@ -664,14 +664,7 @@ def recompute(
             catalog.discard_revision(
                 revision.id, note=f"job {exc.job}'s lease stayed held by {exc.owner}"
             )
-            raise PipelineBusyError(
-                pipeline=pipeline.name,
-                job=exc.job,
-                owner=exc.owner,
-                acquired_at=exc.acquired_at,
-                expires_at=exc.expires_at,
-                owner_state=owner_state(exc.owner),
-            ) from exc
+            raise busy_error(pipeline.name, exc) from exc
     try:
         leases = {job: keeper.lease(job) for job in lease_jobs}
         discarded = discard_abandoned(catalog, pipeline, name, leases)

@@ -136,16 +136,13 @@ def print_json(value: Any) -> None:
     echo(json_text(value))
 
 
-def _csv_cell(value: Any) -> object:
+def _csv_cell(value: Any) -> str:
+    """A CSV cell: empty for nothing, a decimal in plain notation, else as :func:`text`."""
     if value is None:
         return ""
-    if isinstance(value, datetime | date | time):
-        return _iso(value)
-    if isinstance(value, Mapping | list | tuple):
-        return json_text(value)
     if isinstance(value, Decimal):
         return format(value, "f")
-    return value
+    return text(value)
 
 
 def rows_table(
