@@ -17,7 +17,6 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
     from etl.engine.batch import BatchResult
     from etl.errors import PipelineBusyError
     from etl.pipeline import Pipeline
-    from etl.retention.in_run import MaintenanceTotals
+    from etl.retention.in_run import MaintenanceLoop, MaintenanceTotals
     from etl.retention.maintain import MaintenanceReport
     from etl.run_mode import RunMode
     from etl.runner import Runner, RunResult, Undeclared
@@ -239,7 +238,7 @@ class PipelineRun:
         )
         return self.runner
 
-    def _run(self, runner: Runner, upkeep: AbstractContextManager | None) -> RunResult:
+    def _run(self, runner: Runner, upkeep: MaintenanceLoop | None) -> RunResult:
         mode = self.settings.mode
         if not mode.continuous:
             return runner.run_once()
@@ -248,7 +247,7 @@ class PipelineRun:
                 epoch_interval=mode.epoch_interval, stop=self.stopping, max_epochs=mode.max_epochs
             )
 
-    def _maintenance(self, runner: Runner, catalog: Catalog):
+    def _maintenance(self, runner: Runner, catalog: Catalog) -> MaintenanceLoop | None:
         """The maintenance loop of a continuous run (None without a maintenance interval)."""
         interval = self.settings.mode.maintenance_interval
         if interval is None:
