@@ -232,7 +232,8 @@ job_failures_table = sa.Table(
     sa.Column("owner", sa.Text, nullable=False),
     sa.Column("generation", sa.BigInteger),
     sa.Column("failed_at", UtcDateTime, nullable=False),
-    # max(id) per job is one index descent: last_failures stays O(jobs * log failures).
+    # max(id) per job is one index descent: the newest failure per job
+    # (the status report's) stays O(jobs * log failures).
     sa.Index("ix_job_failures_job", "job", "id"),
     sa.Index("ix_job_failures_epoch", "epoch", "id"),
 )

@@ -151,9 +151,6 @@ class Retention:
         return cls(every_epoch_for=data.get("every_epoch_for"), tiers=data.get("tiers") or ())
 
 
-KEEP_EVERYTHING = Retention()
-
-
 @dataclass(frozen=True)
 class EpochPoint:
     """An epoch as retention sees it: its id and barrier timestamp."""
@@ -215,7 +212,6 @@ def expirable(
 
 
 __all__ = [
-    "KEEP_EVERYTHING",
     "EpochPoint",
     "Retention",
     "RetentionPolicyError",

@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from catalog import (
     Catalog,
+    CommitManifest,
     EpochState,
     Lease,
     LeaseHeldError,
@@ -43,6 +44,7 @@ from catalog import (
     RevisionState,
     SealRequest,
     ValidationRecord,
+    WriteMode,
 )
 from consistency import META_JOB, META_REVISION, EpochBatch
 from etl.delta import (
@@ -50,18 +52,15 @@ from etl.delta import (
     Fence,
     claim_table,
     open_table,
-    read_epochs,
     read_table,
     restore_table,
     table_version,
 )
-from etl.engine import EpochEngine, recover
-from etl.engine.commit import EpochWriter
-from etl.errors import PipelineBusyError, RecomputeError, SourceError
+from etl.engine import BatchResult, BatchWrite, EpochEngine, EpochWriter, recover
+from etl.errors import RecomputeError, SourceError
 from etl.faults import maybe_crash
-from etl.leases import LeaseKeeper, make_owner, operator, owner_state
+from etl.leases import LeaseKeeper, busy_error, make_owner, operator, owner_state
 from etl.pipeline import Job, Pipeline
-from etl.quality import QualityGate, run_gate
 from etl.registration import catalog_pipeline_name
 from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS
 
@@ -289,17 +288,86 @@ def _base_version(catalog: Catalog, table: str, start: int) -> int | None:
 
 @dataclass(frozen=True)
 class RevisionWriter(EpochWriter):
-    """Writes a revision's batches: the job's commits, tagged with the revision."""
+    """Writes a revision's batch through the engine's batch path (write, audit, seal), its
+    commits tagged with the revision. The catalog state stays the old revision's until the
+    switch: no PROCESSED, schema, validation or seal is recorded; ``build`` keeps them."""
 
     revision: int = 0
+    build: _Build | None = field(default=None, compare=False)
+    before: Mapping[str, int | None] = field(default_factory=dict)
+    """Per table of the job, its version when the batch started (None: empty)."""
+    rewrite: frozenset[str] = frozenset()
+    """Tables recomputed from their first epoch whose first commit is still to come: it
+    overwrites them with the transform's schema, whatever changed."""
 
     @property
     def metadata(self) -> dict[str, str | int | bool]:
         return {**super().metadata, META_REVISION: self.revision}
 
+    def write(
+        self,
+        written: BatchWrite,
+        *,
+        table: str,
+        frame: DataFrame,
+        part: int,
+        final: bool,
+        mode: WriteMode,
+        base: int | None = None,
+        audit: bool = False,
+    ) -> BatchWrite:
+        if table not in self.rewrite or table in written.versions:
+            return super().write(
+                written,
+                table=table,
+                frame=frame,
+                part=part,
+                final=final,
+                mode=mode,
+                base=base,
+                audit=audit,
+            )
+        prepared = self.prepare(
+            table=table,
+            frame=frame,
+            mode=mode,
+            base=None,  # a merge into nothing writes its rows as they are
+            name=f"{self.batch.last}-{self.attempt}-{part}",
+        )
+        return self.commit_prepared(
+            written,
+            table=table,
+            prepared=prepared,
+            part=part,
+            final=final,
+            overwrite=True,
+            replace_schema=True,
+        )
+
+    def record(self, written: BatchWrite, *, table: str, version: int, rows: int) -> BatchWrite:
+        assert self.build is not None
+        self.build.rewritten.discard(table)
+        return written.committed(table, version=version, rows=rows)
+
+    def record_schema(self, table: str) -> None:
+        """The switch records the revision's schemas."""
+
+    def version_before(self, table: str) -> int | None:
+        return self.before[table]
+
+    def record_validation(self, record: ValidationRecord) -> None:
+        assert self.build is not None
+        self.build.validations.append((self.job.name, record))
+
+    def seal(self, requests: Sequence[SealRequest]) -> CommitManifest | None:
+        assert self.build is not None
+        self.build.recorded(requests)
+        return None
+
 
 class _Build:
-    """One revision being written: the versions it has written so far, per table and epoch."""
+    """One revision being written: the versions it has written so far, per table and epoch,
+    and what the switch records."""
 
     def __init__(
         self,
@@ -320,11 +388,17 @@ class _Build:
         """The quality gates' verdicts on the revision's batches (job, record): recorded
         with the switch, since until then readers see the old revision's."""
         self.rewritten: set[str] = set()
-        """Tables recomputed from their first epoch whose first commit is still to come: it
-        overwrites them with the transform's schema, whatever changed."""
+        """Tables recomputed from their first epoch whose first commit is still to come."""
 
     def location(self, table: str) -> str:
         return self.catalog.get_table(table).location
+
+    def recorded(self, requests: Sequence[SealRequest]) -> None:
+        """What the switch records for a batch: each table of its job at the version the
+        batch left it at."""
+        for request in requests:
+            self.versions.setdefault(request.table, {})[request.epoch] = request.delta_version
+        self.seals.extend(requests)
 
     def run(self, plan: _JobPlan) -> TableRecompute:
         job = plan.job
@@ -356,30 +430,37 @@ class _Build:
         )
 
     def _batch(self, job: Job, batch: EpochBatch, lease: Lease) -> int:
+        """Run one batch of the revision: read its inputs as the revision has them, then
+        the engine's batch steps (transform, write, audit, seal into the build)."""
         engine, catalog = self.engine, self.catalog
         tables = self.pipeline.tables_of(job)
-        attempt = catalog.max_attempt(tables, batch.last) + 1
+        locations = {t: self.location(t) for t in tables}
+        before = {t: table_version(locations[t]) for t in tables}
         writer = RevisionWriter(
             catalog=catalog,
             spark=engine.spark,
             job=job,
             batch=batch,
-            attempt=attempt,
+            attempt=catalog.max_attempt(tables, batch.last) + 1,
             lease=lease,
             check_lease=lambda: self.check(job.name),
-            locations={t: self.location(t) for t in tables},
+            locations=locations,
             revision=self.revision.id,
+            build=self,
+            before=before,
+            rewrite=frozenset(self.rewritten & set(tables)),
         )
         session = engine.spark.newSession()
         barrier_ts = catalog.get_epoch(batch.last).barrier_ts
-        output_location = self.location(job.output)
-        previous = table_version(output_location)
+        output_location = locations[job.output]
+        previous = before[job.output]
 
         def read_previous() -> DataFrame | None:
             if previous is None:
                 return None
             return read_table(session, output_location, version=previous).drop(EPOCH_COLUMN)
 
+        written = BatchWrite()
         rejects: DataFrame | None = None
         if job.source is not None:
             frames, rejected = [], []
@@ -392,7 +473,7 @@ class _Build:
                     if data.rejects is not None:
                         rejected.append(data.rejects)
             if not frames:  # no slice recorded in the batch: it wrote nothing, nor does this
-                return self._unchanged(job, batch, attempt)
+                return self._publish(writer, written).rows
             inputs = {job.source.name: _union(frames)}
             if job.rejects_table and rejected:
                 rejects = _union(rejected)
@@ -410,133 +491,33 @@ class _Build:
         rows, _ = engine.transform(
             job, session, batch, barrier_ts, inputs, read_previous=read_previous
         )
-        written = {job.output: self._write(writer, job.output, rows, job.mode)}
-        gate = self.pipeline.gates.get(job.output)
-        if gate is not None:
-            written.update(self._audit(writer, gate, session, previous))
+        written = writer.write(
+            written, table=job.output, frame=rows, part=0, final=True, mode=job.mode
+        )
         if rejects is not None and job.rejects_table:
             from pyspark.sql import functions as F
 
             if EPOCH_COLUMN not in rejects.columns:
                 rejects = rejects.withColumn(EPOCH_COLUMN, F.lit(batch.last).cast("long"))
-            written[job.rejects_table] = self._write(writer, job.rejects_table, rejects, "append")
-        self._record(job, batch, attempt, written)
-        return written[job.output][1]
+            written = writer.write(
+                written, table=job.rejects_table, frame=rejects, part=0, final=True, mode="append"
+            )
+        return self._publish(writer, written).rows
 
-    def _audit(
-        self, writer: RevisionWriter, gate: QualityGate, session: SparkSession, before: int | None
-    ) -> dict[str, tuple[int | None, int]]:
-        """The gate of the job's output, on the rows the batch wrote, as a run's audit
-        decides (etl/engine/audit.py): rows failing a ``quarantine`` gate go to its
-        quarantine table and the output keeps the others; any other failure the policy
-        does not let through fails the revision (nothing is switched)."""
+    def _publish(self, writer: RevisionWriter, written: BatchWrite) -> BatchResult:
+        """The engine's audit and seal of the batch; a gate's failure that its policy does
+        not let through (rows failing a ``quarantine`` gate are quarantined) fails the
+        revision: nothing is switched."""
         job, batch = writer.job, writer.batch
-        location = writer.location(job.output)
-        version = table_version(location)
-        assert version is not None  # the batch has just written it
-        rows = read_epochs(
-            session, location, version=version, first_epoch=batch.first, last_epoch=batch.last
-        )
-        outcome = run_gate(session, gate, rows, epoch=batch.last)
-        self.validations.append((job.name, outcome.record()))
-        if not outcome.success:
+        result = self.engine.publish(writer, written)
+        if not result.sealed:
             raise RecomputeError(
                 f"revision {self.revision.id} of {job.output!r} fails its quality gate at "
-                f"epochs {batch.first}..{batch.last}: {outcome.blocked_reason}. Nothing was "
+                f"epochs {batch.first}..{batch.last}: {result.blocked_reason}. Nothing was "
                 "switched (readers never saw it); fix the transform and recompute again",
                 tables=(job.output,),
             )
-        if not outcome.quarantined_count or outcome.passing is None:
-            return {}
-        writer.check_lease()
-        restore_table(
-            location,
-            to_version=before,
-            planned_at=version,
-            fence=writer.fence,
-            metadata={META_REVISION: self.revision.id, META_JOB: job.name},
-        )
-        if before is None:
-            self.rewritten.add(job.output)
-        assert outcome.quarantined is not None  # set with passing
-        return {
-            job.output: (
-                self._write(writer, job.output, outcome.passing.select(*rows.columns), job.mode)[0],
-                outcome.passing.count(),
-            ),
-            gate.quarantine_table: self._write(
-                writer, gate.quarantine_table, outcome.quarantined, "append"
-            ),
-        }
-
-    def _unchanged(self, job: Job, batch: EpochBatch, attempt: int) -> int:
-        self._record(job, batch, attempt, {})
-        return 0
-
-    def _record(
-        self,
-        job: Job,
-        batch: EpochBatch,
-        attempt: int,
-        written: Mapping[str, tuple[int | None, int]],
-    ) -> None:
-        """What the switch records for the batch: each table of the job at the version the
-        batch left it at."""
-        for table in self.pipeline.tables_of(job):
-            version, count = written.get(table, (table_version(self.location(table)), 0))
-            if version is None:
-                raise RecomputeError(
-                    f"table {table!r} has no Delta version to record epoch {batch.last} at",
-                    tables=(table,),
-                )
-            self.versions.setdefault(table, {})[batch.last] = version
-            self.seals.append(
-                SealRequest(
-                    table=table,
-                    epoch=batch.last,
-                    delta_version=version,
-                    attempt=attempt,
-                    rows=count,
-                    first_epoch=batch.first,
-                )
-            )
-
-    def _write(
-        self, writer: RevisionWriter, table: str, frame: DataFrame, mode: str
-    ) -> tuple[int | None, int]:
-        """Write ``frame`` into ``table`` as one commit of the revision: (version, rows)."""
-        location = writer.location(table)
-        base = table_version(location)
-        batch = writer.batch
-        rewrite = table in self.rewritten
-        self.rewritten.discard(table)
-        prepared = writer.prepare(
-            table=table,
-            frame=frame,
-            mode=mode,  # type: ignore[arg-type]
-            base=None if rewrite else base,  # a merge into nothing writes its rows as they are
-            name=f"r{self.revision.id}-{batch.last}-{writer.attempt}",
-        )
-        overwrite = rewrite or mode == "overwrite"
-        if base is not None and not (
-            prepared.files or prepared.removes or prepared.deletes or overwrite
-        ):
-            return base, 0
-        writer.check_lease()
-        maybe_crash("before_commit", job=writer.job.name, epoch=batch.last)
-        version = writer.commit(
-            table=table,
-            schema=prepared.schema,
-            files=prepared.files,
-            removes=prepared.removes,
-            deletes=prepared.deletes,
-            part=0,
-            final=True,
-            overwrite=overwrite,
-            replace_schema=rewrite,
-        )
-        maybe_crash("after_commit", job=writer.job.name, epoch=batch.last)
-        return version, prepared.rows
+        return result
 
 
 def _union(frames: Sequence[DataFrame]) -> DataFrame:
@@ -683,14 +664,7 @@ def recompute(
             catalog.discard_revision(
                 revision.id, note=f"job {exc.job}'s lease stayed held by {exc.owner}"
             )
-            raise PipelineBusyError(
-                pipeline=pipeline.name,
-                job=exc.job,
-                owner=exc.owner,
-                acquired_at=exc.acquired_at,
-                expires_at=exc.expires_at,
-                owner_state=owner_state(exc.owner),
-            ) from exc
+            raise busy_error(pipeline.name, exc) from exc
     try:
         leases = {job: keeper.lease(job) for job in lease_jobs}
         discarded = discard_abandoned(catalog, pipeline, name, leases)

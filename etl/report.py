@@ -325,8 +325,12 @@ def status_report(
         parts = [
             f"pipeline {info.name}: {len(mine)} tables",
             "running" if running_jobs else "not running",
-            f"latest epoch {latest.id} ({_human(latest_age)} ago)" if latest else "no epochs",
-            f"last COMMIT {commit.epoch} ({_human(commit_age)} ago)" if commit else "no COMMIT yet",
+            f"latest epoch {latest.id} ({duration_text(latest_age)} ago)"
+            if latest
+            else "no epochs",
+            f"last COMMIT {commit.epoch} ({duration_text(commit_age)} ago)"
+            if commit
+            else "no COMMIT yet",
         ]
         if lags:
             parts.append(f"max lag {max(lags)} epoch(s)")
@@ -646,9 +650,11 @@ def revision_json(revision: Revision) -> dict[str, object]:
 def revision_text(revision: Revision, now: datetime) -> str:
     """One line: which revision, how far, of what, why and by whom."""
     if revision.state is RevisionState.BUILDING:
-        when = f"building since {_human(_age(now, revision.started_at))} ago"
+        when = f"building since {duration_text(_age(now, revision.started_at))} ago"
     else:
-        when = f"{revision.state.value.lower()} {_human(_age(now, revision.finished_at))} ago"
+        when = (
+            f"{revision.state.value.lower()} {duration_text(_age(now, revision.finished_at))} ago"
+        )
     epochs = f"from epoch {revision.from_epoch}" + (
         f" through {revision.through_epoch}" if revision.through_epoch is not None else ""
     )
@@ -659,16 +665,19 @@ def revision_text(revision: Revision, now: datetime) -> str:
     )
 
 
-def _human(seconds: float | None) -> str:
+def duration_text(seconds: float | None, *, compact: bool = False) -> str:
+    """A duration in the largest unit that keeps it readable: ``90 s``, ``12 min``, ``3.5 h``,
+    ``2.0 d`` (``compact``: ``90s``, ``12m``, ``3.5h``, ``2.0d``); ``-`` for none."""
     if seconds is None:
         return "-"
+    sep = "" if compact else " "
     if seconds < 120:
-        return f"{seconds:.0f} s"
+        return f"{seconds:.0f}{sep}s"
     if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
+        return f"{seconds / 60:.0f}{sep}{'m' if compact else 'min'}"
     if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+        return f"{seconds / 3600:.1f}{sep}h"
+    return f"{seconds / 86400:.1f}{sep}d"
 
 
 def to_json(rows: object) -> str:
@@ -759,6 +768,7 @@ def lineage_text(graph: dict, *, fmt: str) -> str:
 
 
 __all__ = [
+    "duration_text",
     "PipelineStatus",
     "StatusReport",
     "TableEpochs",

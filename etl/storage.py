@@ -261,11 +261,6 @@ def spark_io(spark: SparkSession, location: str) -> SparkIO:
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 
 
-def is_url(text: str) -> bool:
-    """A location with a scheme (``s3://...``) rather than a path (``file:`` is a path)."""
-    return _SCHEME.match(text) is not None and not text.startswith("file:")
-
-
 __all__ = [
     "SPARK_IO_ENV",
     "ObjectStore",
@@ -274,7 +269,6 @@ __all__ = [
     "duckdb_secret",
     "filesystem",
     "is_local",
-    "is_url",
     "object_store",
     "put_if_absent",
     "scheme",

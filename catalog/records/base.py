@@ -48,10 +48,6 @@ class RecordStore(ABC):
         """Recorded failures, newest first."""
 
     @abstractmethod
-    def last_failures(self) -> dict[str, JobFailureRecord]:
-        """The newest failure of each job that has one (one indexed query)."""
-
-    @abstractmethod
     def record_resolution(
         self,
         table: str,

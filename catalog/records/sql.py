@@ -153,12 +153,6 @@ class SqlRecordStore(SqlStore, RecordStore):
         )
         return sa.select(f).where(f.c.id.in_(sa.select(newest).select_from(jobs_table)))
 
-    def last_failures(self) -> dict[str, JobFailureRecord]:
-        with self._read() as conn:
-            return {
-                row.job: self._failure(row) for row in conn.execute(self._last_failures_query())
-            }
-
     def record_resolution(
         self,
         table: str,

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
-from etl.cli.app import CatalogUrl, TableOrJson, Warehouse, catalog_app, guard
+from etl.cli.app import CatalogUrl, TableOrJson, TableOrJsonFormat, Warehouse, catalog_app, guard
 
 
 @catalog_app.command("upgrade")
@@ -16,9 +15,7 @@ from etl.cli.app import CatalogUrl, TableOrJson, Warehouse, catalog_app, guard
 def catalog_upgrade(
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False)
-    ] = TableOrJson.TABLE,
+    format: TableOrJsonFormat = TableOrJson.TABLE,
 ) -> None:
     """Migrate an existing catalog database to this version's schema (creates none).
 

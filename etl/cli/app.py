@@ -160,6 +160,9 @@ SparkVerbose = Annotated[
     bool, typer.Option("--verbose", "-v", help="Show Spark's log and full error traces.")
 ]
 
+TableOrJsonFormat = Annotated[TableOrJson, typer.Option("--format", case_sensitive=False)]
+"""``--format table|json`` (table: the human one)."""
+
 
 def _complete_levels(incomplete: str) -> list[str]:
     return [level.value for level in Consistency if level.value.startswith(incomplete)]
@@ -534,6 +537,7 @@ __all__ = [
     "ConsistencyOption",
     "Format",
     "TableOrJson",
+    "TableOrJsonFormat",
     "Warehouse",
     "app",
     "catalog_app",

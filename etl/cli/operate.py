@@ -17,10 +17,13 @@ from etl.cli.app import (
     guard,
     load_pipeline_file,
     open_catalog,
-    parse_params,
     quiet_pyspark,
 )
 from etl.cli.render import print_json
+
+DoneFormat = Annotated[
+    TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
+]
 
 retire_app = typer.Typer(
     help="Retire a job or table a pipeline no longer declares (its history stays readable), "
@@ -68,9 +71,7 @@ def resolve(
             envvar="ETL_SPARK_MASTER", help="Spark master for --quarantine (default local[*])."
         ),
     ] = None,
-    format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
-    ] = TableOrJson.TABLE,
+    format: DoneFormat = TableOrJson.TABLE,
 ) -> None:
     """Resolve an epoch a quality gate blocked; the resolution is recorded in the catalog.
 
@@ -80,52 +81,33 @@ def resolve(
     Example: etl resolve orders 7 --skip --reason "bad upstream export"
     """
     from catalog import ResolutionAction
-    from etl.engine import resolve as resolving
-    from etl.errors import UsageError
-    from etl.leases import holding, operator
+    from etl.engine.resolve import chosen_action, resolve_epoch
+    from etl.leases import operator
 
-    chosen = [
-        action
-        for action, flag in (
-            (ResolutionAction.ACCEPT, accept),
-            (ResolutionAction.QUARANTINE, quarantine),
-            (ResolutionAction.SKIP, skip),
-        )
-        if flag
-    ]
-    if len(chosen) != 1:
-        raise UsageError("give exactly one of --accept, --quarantine or --skip")
-    (action,) = chosen
-    if action is ResolutionAction.QUARANTINE and pipeline_file is None:
-        raise UsageError(
-            "--quarantine needs --pipeline FILE and the run's --param KEY=VALUE (the gate "
-            "that splits the rows is in the pipeline)"
-        )
+    action = chosen_action(
+        accept=accept, quarantine=quarantine, skip=skip, with_pipeline=pipeline_file is not None
+    )
+
+    def engine_for(catalog):
+        from etl.engine import EpochEngine
+        from etl.spark import build_spark
+
+        assert pipeline_file is not None  # chosen_action checked it
+        quiet_pyspark(False)
+        pipeline = load_pipeline_file(pipeline_file, param, catalog, check_sources=False)
+        spark = build_spark(master=master, app_name="etl-resolve")
+        return EpochEngine(pipeline=pipeline, catalog=catalog, spark=spark)
+
     with open_catalog(warehouse, catalog_url) as catalog:
-        known = sorted(t.name for t in catalog.list_tables(include_retired=True))
-        if table not in known:
-            raise UsageError(f"unknown table {table!r}; the catalog has {known}")
-        blocked = resolving.blocked_epoch(catalog, table, epoch)
-        with holding(catalog, blocked.job) as lease:
-            actor = operator()
-            if action is ResolutionAction.ACCEPT:
-                result = resolving.accept(catalog, blocked, lease, actor=actor, reason=reason)
-            elif action is ResolutionAction.SKIP:
-                result = resolving.skip(catalog, blocked, lease, actor=actor, reason=reason)
-            else:
-                from etl.engine import EpochEngine
-                from etl.spark import build_spark
-
-                quiet_pyspark(False)
-                parse_params(param)
-                assert pipeline_file is not None
-                pipeline = load_pipeline_file(pipeline_file, param, catalog, check_sources=False)
-                engine = EpochEngine(
-                    pipeline=pipeline,
-                    catalog=catalog,
-                    spark=build_spark(master=master, app_name="etl-resolve"),
-                )
-                result = resolving.quarantine(engine, blocked, lease, actor=actor, reason=reason)
+        result = resolve_epoch(
+            catalog,
+            table,
+            epoch,
+            action,
+            actor=operator(),
+            reason=reason,
+            engine_for=engine_for if pipeline_file is not None else None,
+        )
     what = {
         ResolutionAction.ACCEPT: "accepted as written",
         ResolutionAction.QUARANTINE: f"sealed without its {result.quarantined} failing row(s) "
@@ -158,9 +140,7 @@ def retire_job(
     name: Annotated[str, typer.Argument(help="The job to retire.")],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
-    ] = TableOrJson.TABLE,
+    format: DoneFormat = TableOrJson.TABLE,
 ) -> None:
     """Retire a job: it no longer runs or holds its pipeline's COMMIT back; its history
     stays readable. Registering it again (a pipeline file that declares it) revives it.
@@ -187,9 +167,7 @@ def retire_table(
     name: Annotated[str, typer.Argument(help="The table to retire.")],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
-    ] = TableOrJson.TABLE,
+    format: DoneFormat = TableOrJson.TABLE,
 ) -> None:
     """Retire a table: its pipeline's COMMIT no longer waits for it; its epochs stay
     readable. Its writer job must be retired first.
@@ -213,9 +191,7 @@ def retire_pipeline(
     ] = False,
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False, help="json: what was done.")
-    ] = TableOrJson.TABLE,
+    format: DoneFormat = TableOrJson.TABLE,
 ) -> None:
     """Remove a pipeline's registration: its jobs, sources and their slices, its tables'
     registration, epochs, COMMITs and tags. Its tables' Delta files stay (readable by any

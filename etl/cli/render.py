@@ -136,16 +136,13 @@ def print_json(value: Any) -> None:
     echo(json_text(value))
 
 
-def _csv_cell(value: Any) -> object:
+def _csv_cell(value: Any) -> str:
+    """A CSV cell: empty for nothing, a decimal in plain notation, else as :func:`text`."""
     if value is None:
         return ""
-    if isinstance(value, datetime | date | time):
-        return _iso(value)
-    if isinstance(value, Mapping | list | tuple):
-        return json_text(value)
     if isinstance(value, Decimal):
         return format(value, "f")
-    return value
+    return text(value)
 
 
 def rows_table(
@@ -221,16 +218,6 @@ def print_arrow(table: pa.Table, fmt: str) -> None:
     print_rows(columns, rows, fmt, null="[dim italic]NULL[/]")
 
 
-def print_record(record: Mapping[str, Any], fmt: str, *, title: str | None = None) -> None:
-    """One record: JSON, or a two-column table of its fields."""
-    fmt = str(getattr(fmt, "value", fmt))
-    if fmt == "json":
-        print_json(record)
-        return
-    with stdout_guard():
-        out.print(rows_table(("field", "value"), record.items(), title=title))
-
-
 __all__ = [
     "echo",
     "err",
@@ -238,7 +225,6 @@ __all__ = [
     "out",
     "print_arrow",
     "print_json",
-    "print_record",
     "print_rows",
     "quiet_stdout",
     "stdout_guard",

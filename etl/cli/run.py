@@ -7,11 +7,9 @@ import dataclasses
 import os
 import shlex
 import signal
-import threading
-import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -43,11 +41,7 @@ from etl.scheduling import (
     DEFAULT_RETRY_BACKOFF_SECONDS,
     DEFAULT_SLOW_BATCH_SECONDS,
     MAX_RETRY_BACKOFF_SECONDS,
-    retry_policy_for,
 )
-
-if TYPE_CHECKING:
-    from catalog import Catalog
 
 
 @app.command()
@@ -160,123 +154,130 @@ def run(
 
     Example: etl run examples/wordcount/pipeline.py --once --param input_dir=./incoming
     """
+    from etl.pipeline_run import PipelineRun, RunSettings
     from etl.run_mode import RunMode
 
-    mode = RunMode.from_options(
-        once=once,
-        continuous=continuous,
-        epoch_interval=epoch_interval,
-        max_epochs=max_epochs,
-        maintenance_interval=maintenance_interval,
+    settings = RunSettings(
+        warehouse=warehouse_root(warehouse),
+        mode=RunMode.from_options(
+            once=once,
+            continuous=continuous,
+            epoch_interval=epoch_interval,
+            max_epochs=max_epochs,
+            maintenance_interval=maintenance_interval,
+        ),
+        wait_seconds=wait,
+        lease_ttl_seconds=lease_ttl,
+        backlog_threshold="auto" if backlog_threshold is None else backlog_threshold,
+        max_parallel_jobs=max_parallel,
+        slow_batch_seconds=slow_batch_seconds,
+        retries=retries,
+        retry_backoff_seconds=retry_backoff,
+        keep_going=keep_going,
     )
     quiet_pyspark(verbose)
-    deadline = time.monotonic() + wait
-    with contextlib.ExitStack() as closing:
-        known = existing_catalog(warehouse, catalog_url)
-        if known is not None:
-            closing.enter_context(known)
-        pipeline = load_pipeline_file(pipeline_file, param, known)
-        if known is not None:
-            from etl.registration import check_registration
+    outcome = PipelineRun(
+        settings,
+        _setup(warehouse, catalog_url, pipeline_file, param, master, verbose),
+        _RunConsole(pipeline_file),
+    ).execute()
+    _report(
+        outcome, fmt=format, invocation=_invocation(pipeline_file, param, warehouse, catalog_url)
+    )
+    if verbose:
+        import traceback
 
-            # Names another pipeline owns are refused first: their leases are not this one's.
-            check_registration(known, pipeline, warehouse_root(warehouse))
-            # A busy pipeline is refused before PySpark is even imported; acquiring the
-            # leases decides.
-            from etl.leases import check_not_held, retry_while_busy
+        for failure in outcome.result.failures:
+            if failure.exception is not None:
+                err.print("".join(traceback.format_exception(failure.exception)), markup=False)
+    raise typer.Exit(outcome.exit_code)
 
-            retry_while_busy(
-                lambda: check_not_held(known, pipeline, run_in=warehouse_root(warehouse)),
-                deadline=deadline,
-                on_wait=_say_waiting,
-            )
-    from etl.leases import retry_while_busy
-    from etl.runner import Runner
-    from etl.spark import build_spark
 
-    catalog = open_catalog(warehouse, catalog_url, create=True)
-    with catalog:
-        spark = quiet_spark_log(
-            build_spark(master=master, app_name=f"etl-{pipeline.name}"), verbose
-        )
-        stopping = threading.Event()
-        progress = BatchProgress([job.name for job in pipeline.ordered_jobs()])
-        runner = Runner(
-            pipeline,
-            catalog=catalog,
-            warehouse=warehouse_root(warehouse),
-            spark=spark,
-            lease_ttl_seconds=lease_ttl,
-            backlog_threshold="auto" if backlog_threshold is None else backlog_threshold,
-            max_parallel_jobs=max_parallel,
-            slow_batch_seconds=slow_batch_seconds,
-            on_batch=progress,
-            retry=retry_policy_for(
-                retries,
-                backoff_seconds=retry_backoff,
-                keep_going=keep_going,
-                continuous=mode.continuous,
-            ),
-        )
+def _setup(
+    warehouse: Path | str,
+    catalog_url: str | None,
+    pipeline_file: Path,
+    params: list[str],
+    master: str | None,
+    verbose: bool,
+):
+    """How a run of the command loads its file, opens its catalog and starts Spark."""
+    from etl.pipeline_run import RunSetup
+
+    return RunSetup(
+        load_pipeline=lambda known: load_pipeline_file(pipeline_file, params, known),
+        existing_catalog=lambda: existing_catalog(warehouse, catalog_url),
+        open_catalog=lambda: open_catalog(warehouse, catalog_url, create=True),
+        start_spark=_spark_starter(master, verbose),
+    )
+
+
+def _spark_starter(master: str | None, verbose: bool):
+    """Starts Spark for an application name, its JVM log quiet unless ``verbose``."""
+
+    def start_spark(app_name: str):
+        from etl.spark import build_spark
+
+        return quiet_spark_log(build_spark(master=master, app_name=app_name), verbose)
+
+    return start_spark
+
+
+class _RunConsole:
+    """What ``etl run`` says on stderr as the run goes (:class:`etl.pipeline_run.RunEvents`)."""
+
+    def __init__(self, pipeline_file: Path) -> None:
+        self.pipeline_file = pipeline_file
+
+    def waiting(self, busy, seconds_left: float) -> None:
+        _say_waiting(busy, seconds_left)
+
+    def started(self, run) -> None:
         # After Spark starts: its SparkContext installs a SIGINT handler of its own (cancel
         # all jobs). Until here, Ctrl-C or SIGTERM exits having written nothing.
-        _handle_signals(runner, stopping)
-        retry_while_busy(runner.acquire, deadline=deadline, on_wait=_say_waiting)
-        for lease in runner.taken_over:
-            err.print(
-                f"took over job {lease.job} from {lease.owner}: that process is gone "
-                "(its lease was not waited for)"
-            )
-        for job in runner.undeclared.jobs:
+        _handle_signals(run)
+
+    def took_over(self, lease) -> None:
+        err.print(
+            f"took over job {lease.job} from {lease.owner}: that process is gone "
+            "(its lease was not waited for)"
+        )
+
+    def undeclared(self, undeclared, catalog_pipeline: str) -> None:
+        file = escape(str(self.pipeline_file))
+        for job in undeclared.jobs:
             err.print(
                 f"[yellow]warning:[/] job {job} is registered in pipeline "
-                f"{runner.catalog_pipeline!r} but {escape(str(pipeline_file))} no longer declares "
+                f"{catalog_pipeline!r} but {file} no longer declares "
                 f"it; its tables hold the pipeline's COMMIT back. Retire it: etl retire job {job}"
             )
-        for table in runner.undeclared.tables:
+        for table in undeclared.tables:
             err.print(
                 f"[yellow]warning:[/] table {table} is registered in pipeline "
-                f"{runner.catalog_pipeline!r} but no job of {escape(str(pipeline_file))} writes "
+                f"{catalog_pipeline!r} but no job of {file} writes "
                 f"it any more; it holds the pipeline's COMMIT back. Retire it: etl retire table "
                 f"{table}"
             )
-        upkeep = _maintenance(runner, catalog, mode.maintenance_interval)
-        try:
-            with progress:
-                if not mode.continuous:
-                    result = runner.run_once()
-                else:
-                    with upkeep or contextlib.nullcontext():
-                        result = runner.run_continuous(
-                            epoch_interval=mode.epoch_interval,
-                            stop=stopping,
-                            max_epochs=mode.max_epochs,
-                        )
-        finally:
-            runner.release()
-        _report(
-            result,
-            runner,
-            fmt=format,
-            maintenance=upkeep.totals if upkeep else None,
-            invocation=_invocation(pipeline_file, param, warehouse, catalog_url),
-        )
-        if verbose:
-            import traceback
 
-            for failure in result.failures:
-                if failure.exception is not None:
-                    err.print("".join(traceback.format_exception(failure.exception)), markup=False)
-        raise typer.Exit(result.exit_code)
+    def maintained(self, report, error) -> None:
+        if error is not None:
+            err.print(
+                f"[yellow]maintenance failed[/] (tried again next round): {escape(str(error))}"
+            )
+        else:
+            err.print("maintenance: " + escape(report.summary()))
+
+    def progress(self, pipeline) -> BatchProgress:
+        return BatchProgress([job.name for job in pipeline.ordered_jobs()])
 
 
-def _handle_signals(runner, stopping: threading.Event) -> None:
+def _handle_signals(run) -> None:
     """First Ctrl-C or SIGTERM: say how many epochs are left and finish them; second:
     stop at once, saying what the next run will recover."""
 
     def interrupt(signum, frame):
-        if stopping.is_set():
-            in_flight = runner.in_flight()
+        if run.stopping.is_set():
+            in_flight = run.in_flight()
             doing = (
                 "; ".join(
                     f"job {job} epoch {b.first}..{b.last}"
@@ -292,9 +293,9 @@ def _handle_signals(runner, stopping: threading.Event) -> None:
                 "run are taken over at once"
             )
             os._exit(128 + signum)
-        stopping.set()
+        run.stop()
         try:
-            left = {job: n for job, n in runner.remaining().items() if n}
+            left = {job: n for job, n in run.remaining().items() if n}
         except Exception:  # noqa: BLE001 - a report, never a reason to fail
             left = {}
         total = max(left.values(), default=0)
@@ -308,31 +309,6 @@ def _handle_signals(runner, stopping: threading.Event) -> None:
 
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
-
-
-def _maintenance(runner, catalog: Catalog, interval: float | None):
-    """The maintenance loop of a continuous run (None without --maintenance-interval);
-    each round says on stderr what it did."""
-    if interval is None:
-        return None
-    from etl.retention.in_run import MaintenanceLoop
-
-    def said(report, error) -> None:
-        if error is not None:
-            err.print(
-                f"[yellow]maintenance failed[/] (tried again next round): {escape(str(error))}"
-            )
-        else:
-            err.print("maintenance: " + escape(report.summary()))
-
-    return MaintenanceLoop(
-        catalog,
-        pipeline=runner.catalog_pipeline,
-        interval=interval,
-        leases=runner.leases,
-        gate=runner.gate,
-        on_round=said,
-    )
 
 
 def _resolve_commands(table: str, epoch: int, invocation: tuple[str, str]) -> str:
@@ -369,16 +345,10 @@ def _shell_words(words: list[str]) -> str:
     return "".join(" " + shlex.quote(word) for word in words)
 
 
-def _report(
-    result, runner, *, fmt: str, maintenance=None, invocation: tuple[str, str] = ("", "")
-) -> None:
+def _report(outcome, *, fmt: str, invocation: tuple[str, str] = ("", "")) -> None:
+    result, maintenance = outcome.result, outcome.maintenance
     if fmt == "json":
-        from etl.report import run_result_json
-
-        data = run_result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
-        if maintenance is not None:
-            data["maintenance"] = dataclasses.asdict(maintenance)
-        _print_result(data)
+        _print_result(outcome.to_json())
     for step in result.recovered:
         err.print(f"recovered {step.table}: {step.action} epoch(s) {list(step.epochs)}")
     sealed = [b for b in result.batches if b.sealed]
@@ -388,7 +358,7 @@ def _report(
         f"{blocked} blocked, {len(result.failures)} failed"
     )
     for batch in result.blocked:
-        job = runner.pipeline.jobs[batch.job]
+        job = outcome.pipeline.jobs[batch.job]
         err.print(
             f"[yellow]blocked:[/] job {batch.job} epoch {batch.epoch}: "
             + escape(str(batch.blocked_reason))
@@ -461,45 +431,23 @@ def recover(
 
     Example: etl recover examples/wordcount/pipeline.py --param input_dir=./incoming
     """
-    from etl.engine import StepAction, needs_recovery
-    from etl.report import run_result_json
-    from etl.runner import Runner, RunResult, catalog_pipeline_name, undeclared
-    from etl.spark import build_spark
+    from etl.engine import StepAction
+    from etl.pipeline_run import recover_pipeline
 
     quiet_pyspark(verbose)
     catalog = open_catalog(warehouse, catalog_url)
     # Recovery reads no source (it seals or rolls back; the next run replays): a source
     # that cannot be reached now does not keep it from bringing the tables back.
     pipeline = load_pipeline_file(pipeline_file, param, catalog, check_sources=False)
-    from etl.leases import check_not_held
-
-    check_not_held(catalog, pipeline)  # before Spark starts
-    from etl.recompute import abandoned_revisions
-
-    name = catalog_pipeline_name(pipeline, catalog, warehouse_root(warehouse))
-    if not abandoned_revisions(catalog, name) and not any(
-        needs_recovery(catalog, pipeline, job) for job in pipeline.ordered_jobs()
-    ):
-        # Nothing to seal or roll back: no Spark is started to say so.
-        if format == "json":
-            print_json(
-                run_result_json(RunResult(), pipeline, name, undeclared(pipeline, catalog, name))
-            )
-        else:
-            typer.echo("nothing to recover: catalog and tables agree")
-        raise typer.Exit(0)
-    runner = Runner(
+    outcome = recover_pipeline(
+        catalog,
         pipeline,
-        catalog=catalog,
         warehouse=warehouse_root(warehouse),
-        spark=quiet_spark_log(build_spark(master=master, app_name="etl-recover"), verbose),
+        start_spark=_spark_starter(master, verbose),
     )
-    with runner:
-        result = runner.recover()
+    result = outcome.result
     if format == "json":
-        _print_result(
-            run_result_json(result, runner.pipeline, runner.catalog_pipeline, runner.undeclared)
-        )
+        _print_result(outcome.to_json())
         raise typer.Exit(result.exit_code)
     for revision in result.discarded:
         typer.echo(_discarded_line(revision))
@@ -582,7 +530,6 @@ def recompute(
     """
     from etl.recompute import RecomputeRequest
     from etl.recompute import recompute as recomputing
-    from etl.spark import build_spark
 
     quiet_pyspark(verbose)
     catalog = open_catalog(warehouse, catalog_url)
@@ -594,7 +541,7 @@ def recompute(
         per_epoch=per_epoch,
         reason=reason,
     )
-    spark = quiet_spark_log(build_spark(master=master, app_name="etl-recompute"), verbose)
+    spark = _spark_starter(master, verbose)("etl-recompute")
     result = recomputing(
         catalog, pipeline, spark, request, warehouse=warehouse_root(warehouse), wait_seconds=wait
     )

@@ -11,6 +11,7 @@ import typer
 from etl.cli.app import (
     CatalogUrl,
     TableOrJson,
+    TableOrJsonFormat,
     Warehouse,
     app,
     guard,
@@ -29,9 +30,7 @@ def config_command(
     master: Annotated[
         str | None, typer.Option(envvar="ETL_SPARK_MASTER", metavar="URL", help="Spark master.")
     ] = None,
-    format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False)
-    ] = TableOrJson.TABLE,
+    format: TableOrJsonFormat = TableOrJson.TABLE,
 ) -> None:
     """The effective settings and where each comes from (password masked).
 

@@ -68,24 +68,14 @@ def status(
             return
 
 
-def _short(seconds: float | None) -> str | None:
-    if seconds is None:
-        return None
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
-
-
 def status_view(report):
     """The report as Rich renderables that fit the terminal: one line per pipeline, a
     table of the tables, then what needs an operator (blocks, failures, stale jobs).
     Lines wrap (never cut) and the table drops its less important columns when narrow."""
     from rich.console import Group
     from rich.text import Text
+
+    from etl.report import duration_text
 
     lines = [Text(p.summary) for p in report.pipelines]
     several = len({r.pipeline for r in report.tables}) > 1
@@ -128,8 +118,8 @@ def status_view(report):
                 r.latest_processed,
                 r.latest_written,
                 r.lag_epochs,
-                _short(r.lag_seconds),
-                _short(r.freshness_seconds),
+                duration_text(r.lag_seconds, compact=True),
+                duration_text(r.freshness_seconds, compact=True),
                 running,
                 r.last_commit,
                 problem,

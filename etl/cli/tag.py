@@ -12,6 +12,7 @@ from etl.cli.app import (
     CatalogUrl,
     PipelineName,
     TableOrJson,
+    TableOrJsonFormat,
     Warehouse,
     app,
     guard,
@@ -40,9 +41,7 @@ def create(
     ] = None,
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False)
-    ] = TableOrJson.TABLE,
+    format: TableOrJsonFormat = TableOrJson.TABLE,
 ) -> None:
     """Tag a COMMIT cut; an expired epoch is refused, naming the rule that expired it.
 
@@ -89,9 +88,7 @@ def create(
 def list_(
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False)
-    ] = TableOrJson.TABLE,
+    format: TableOrJsonFormat = TableOrJson.TABLE,
     pipeline: PipelineName = None,
 ) -> None:
     """Every tag (or a pipeline's): name, epoch, versions."""
@@ -124,9 +121,7 @@ def delete(
     name: Annotated[str, typer.Argument(help="The tag's name.")],
     warehouse: Warehouse = Path("warehouse"),
     catalog_url: CatalogUrl = None,
-    format: Annotated[
-        TableOrJson, typer.Option("--format", case_sensitive=False)
-    ] = TableOrJson.TABLE,
+    format: TableOrJsonFormat = TableOrJson.TABLE,
 ) -> None:
     """Delete a tag; retention may then expire its epoch."""
     with open_catalog(warehouse, catalog_url) as catalog:

@@ -62,8 +62,7 @@ def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditV
         session, location, version=version, first_epoch=batch.first, last_epoch=batch.last
     )
     outcome = run_gate(session, gate, rows, epoch=batch.last)
-    writer.check_lease()
-    catalog.record_validation(outcome.record(), job=job.name, generation=writer.lease.generation)
+    writer.record_validation(outcome.record())
     if not outcome.success:
         written = _with_quarantine_table(writer, gate, rows, written)
         return AuditVerdict(written, blocked_reason=outcome.blocked_reason)
@@ -85,8 +84,7 @@ def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditV
     )
     if not outcome.quarantined_count:
         return AuditVerdict(written)
-    sealed = catalog.latest_written([job.output]).get(job.output)
-    base = sealed.delta_version if sealed is not None else None
+    base = writer.version_before(job.output)
     passing = writer.prepare(
         table=job.output,
         frame=outcome.passing.select(*rows.columns),

@@ -350,10 +350,7 @@ class EpochEngine:
         job, batch = writer.job, writer.batch
         with writer.clock.stage("seal"):
             requests = self._seal_requests(writer, BatchWrite())
-            writer.check_lease()
-            maybe_crash("before_seal", job=job.name, epoch=batch.last)
-            commit = self.catalog.seal(job.name, writer.lease.generation, requests)
-            maybe_crash("after_seal", job=job.name, epoch=batch.last)
+            commit = writer.seal(requests)
         versions = {r.table: r.delta_version for r in requests}
         self._computed[job.name] = replace(
             self._computed[job.name], epoch=batch.last, output_version=versions[job.output]
@@ -396,10 +393,7 @@ class EpochEngine:
             quarantined = verdict.quarantined
         with writer.clock.stage("seal"):
             requests = self._seal_requests(writer, written)
-            writer.check_lease()
-            maybe_crash("before_seal", job=job.name, epoch=batch.last)
-            commit = self.catalog.seal(job.name, writer.lease.generation, requests)
-            maybe_crash("after_seal", job=job.name, epoch=batch.last)
+            commit = writer.seal(requests)
         return BatchResult(
             job=job.name,
             first_epoch=batch.first,

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from catalog import Catalog, Lease, WriteMode
+    from catalog import Catalog, CommitManifest, Lease, SealRequest, ValidationRecord, WriteMode
     from etl.pipeline import Job
 
 LeaseCheck = Callable[[], None]
@@ -257,8 +257,10 @@ class EpochWriter:
         final: bool,
         overwrite: bool,
         audit: bool = False,
+        replace_schema: bool = False,
     ) -> BatchWrite:
-        """Commit prepared files to ``table`` and record it PROCESSED."""
+        """Commit prepared files to ``table`` and record it PROCESSED (``replace_schema``:
+        see :func:`etl.delta.commit_files`)."""
         self.check_lease()
         job, batch = self.job, self.batch
         info = self.catalog.get_table(table)
@@ -273,6 +275,7 @@ class EpochWriter:
             final=final,
             overwrite=overwrite,
             audit=audit,
+            replace_schema=replace_schema,
         )
         maybe_crash("after_commit", job=job.name, epoch=batch.last)
         written = self.record(
@@ -280,8 +283,12 @@ class EpochWriter:
         )
         maybe_crash("after_processed", job=job.name, epoch=batch.last)
         if info.schema_json is None or _adds_columns(info.schema_json, prepared.schema):
-            self.catalog.update_table_schema(table, open_table(info.location).schema().to_json())
+            self.record_schema(table)
         return written
+
+    def record_schema(self, table: str) -> None:
+        """Record ``table``'s schema in the catalog after a commit evolved (or created) it."""
+        self.catalog.update_table_schema(table, open_table(self.location(table)).schema().to_json())
 
     def commit(
         self,
@@ -341,6 +348,26 @@ class EpochWriter:
             rows=rows,
         )
         return written.committed(table, version=version, rows=rows)
+
+    def version_before(self, table: str) -> int | None:
+        """The version ``table`` held before this batch (None: empty), which a quality gate's
+        quarantine rolls the table back to: its latest sealed version."""
+        sealed = self.catalog.latest_written([table]).get(table)
+        return sealed.delta_version if sealed is not None else None
+
+    def record_validation(self, record: ValidationRecord) -> None:
+        """Record the quality gate's verdict on the batch."""
+        self.check_lease()
+        self.catalog.record_validation(record, job=self.job.name, generation=self.lease.generation)
+
+    def seal(self, requests: Sequence[SealRequest]) -> CommitManifest | None:
+        """Seal the batch's tables (WRITTEN) in one catalog transaction; the manifest when
+        the pipeline's epoch reached COMMIT with it."""
+        self.check_lease()
+        maybe_crash("before_seal", job=self.job.name, epoch=self.batch.last)
+        commit = self.catalog.seal(self.job.name, self.lease.generation, requests)
+        maybe_crash("after_seal", job=self.job.name, epoch=self.batch.last)
+        return commit
 
     def audited_version(self, table: str) -> int | None:
         """The version of this attempt's quality-gate rewrite of ``table``, if it committed."""

@@ -20,7 +20,7 @@ that keep the catalog and the Delta logs in agreement.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,6 +62,60 @@ class ResolveResult:
     versions: dict[str, int]
     commit: CommitManifest | None
     quarantined: int = 0
+
+
+def chosen_action(
+    *, accept: bool, quarantine: bool, skip: bool, with_pipeline: bool
+) -> ResolutionAction:
+    """The one action asked for (``etl resolve``'s flags); UsageError for none or several,
+    or for QUARANTINE without the pipeline (``with_pipeline``: its gate splits the rows)."""
+    chosen = [
+        action
+        for action, flag in (
+            (ResolutionAction.ACCEPT, accept),
+            (ResolutionAction.QUARANTINE, quarantine),
+            (ResolutionAction.SKIP, skip),
+        )
+        if flag
+    ]
+    if len(chosen) != 1:
+        raise UsageError("give exactly one of --accept, --quarantine or --skip")
+    (action,) = chosen
+    if action is ResolutionAction.QUARANTINE and not with_pipeline:
+        raise UsageError(
+            "--quarantine needs --pipeline FILE and the run's --param KEY=VALUE (the gate "
+            "that splits the rows is in the pipeline)"
+        )
+    return action
+
+
+def resolve_epoch(
+    catalog: Catalog,
+    table: str,
+    epoch: int,
+    action: ResolutionAction,
+    *,
+    actor: str,
+    reason: str = "",
+    engine_for: Callable[[Catalog], EpochEngine] | None = None,
+) -> ResolveResult:
+    """Resolve blocked ``epoch`` of ``table`` by ``action``, holding the job's lease
+    (PipelineBusyError if a live run holds it). ``engine_for`` gives the engine of the
+    pipeline QUARANTINE audits with (it starts Spark), once the lease is held."""
+    from etl.leases import holding
+
+    known = sorted(t.name for t in catalog.list_tables(include_retired=True))
+    if table not in known:
+        raise UsageError(f"unknown table {table!r}; the catalog has {known}")
+    blocked = blocked_epoch(catalog, table, epoch)
+    with holding(catalog, blocked.job) as lease:
+        if action is ResolutionAction.ACCEPT:
+            return accept(catalog, blocked, lease, actor=actor, reason=reason)
+        if action is ResolutionAction.SKIP:
+            return skip(catalog, blocked, lease, actor=actor, reason=reason)
+        if engine_for is None:
+            raise UsageError("quarantining the failing rows needs the pipeline (--pipeline FILE)")
+        return quarantine(engine_for(catalog), blocked, lease, actor=actor, reason=reason)
 
 
 def blocked_epoch(catalog: Catalog, table: str, epoch: int) -> BlockedEpoch:
@@ -304,16 +358,13 @@ def quarantine(
     return ResolveResult(resolution, versions, commit, quarantined=verdict.quarantined)
 
 
-def resolve_actions() -> Sequence[str]:
-    return [a.value.lower() for a in ResolutionAction]
-
-
 __all__ = [
     "BlockedEpoch",
     "ResolveResult",
     "accept",
     "blocked_epoch",
+    "chosen_action",
     "quarantine",
-    "resolve_actions",
+    "resolve_epoch",
     "skip",
 ]

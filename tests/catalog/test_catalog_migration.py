@@ -170,7 +170,7 @@ def test_a_v1_catalog_is_refused_then_upgraded_in_place(shared_catalog_url):
     catalog.record_failure(
         JobFailureRecord(job="ingest", error_class="E", message="m", owner="o", epoch=3)
     )
-    assert catalog.last_failures()["ingest"].pipeline == PIPELINE_DEFAULT
+    assert catalog.failures(job="ingest")[0].pipeline == PIPELINE_DEFAULT
     pin = catalog.create_pin(pipeline=None, epoch=2, versions={}, holder="r", ttl_seconds=60)
     assert catalog.expire_epochs([1, 2], rule="test") == [1]
     catalog.release_pin(pin)

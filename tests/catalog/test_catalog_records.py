@@ -59,9 +59,6 @@ def test_failures_are_listed_newest_first_and_filtered(chain):
     assert catalog.failures(epoch=e1) == [second, first]
     assert catalog.failures(job="ingest", limit=2)[1] == third
     assert catalog.failures(job="nobody") == []
-    last = catalog.last_failures()
-    assert set(last) == {"ingest", "count"}
-    assert last["ingest"].message == "no epoch" and last["count"] == second
 
 
 def test_a_failure_needs_a_known_job_and_epoch_and_its_own_pipeline(chain):
@@ -72,7 +69,7 @@ def test_a_failure_needs_a_known_job_and_epoch_and_its_own_pipeline(chain):
         catalog.record_failure(failure(epoch=42))
     with pytest.raises(PipelineMismatchError):
         catalog.record_failure(failure(pipeline="elsewhere"))
-    assert catalog.failures() == [] and catalog.last_failures() == {}
+    assert catalog.failures() == []
 
 
 def test_resolutions_are_kept_per_table_and_epoch(chain):
