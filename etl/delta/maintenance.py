@@ -3,7 +3,7 @@ table reference, deleting the rest, compacting small files and keeping the log s
 
 Nothing here decides *which* versions are kept: the caller (etl/retention/maintain.py)
 computes that from the catalog. Compaction commits go through
-:func:`etl.delta.write.commit_files` under the writer job's fence, with no epoch
+:func:`etl.delta.commit.commit_files` under the writer job's fence, with no epoch
 metadata: recovery (consistency/recovery.py, ``_replay_log``) sees a commit of the job
 without an epoch, which holds no rows of its own.
 """
@@ -31,13 +31,9 @@ from etl.delta.logfile import (
     log_entry,
     log_versions,
 )
-from etl.delta.write import (
-    STAGING_PREFIX,
-    DataFile,
-    Fence,
-    commit_files,
-    write_data_file,
-)
+from etl.delta.commit import CommitRequest, commit_files
+from etl.delta.fence import Fence
+from etl.delta.files import STAGING_PREFIX, DataFile, write_data_file
 
 MAINTENANCE_META = "delta_barrier.maintenance"
 """commitInfo key of maintenance commits (value: ``compaction``)."""
@@ -327,14 +323,16 @@ def commit_rewrite(rewrite: Rewrite, *, fence: Fence) -> int:
     :func:`discard_rewrite`)."""
     return commit_files(
         rewrite.location,
-        rewrite.files,
-        schema=rewrite.schema,
-        mode="append",
-        fence=fence,
-        metadata={MAINTENANCE_META: "compaction"},
-        partition_by=rewrite.partition_by,
-        removes=rewrite.removes,
-        data_change=False,
+        CommitRequest(
+            rewrite.files,
+            schema=rewrite.schema,
+            mode="append",
+            fence=fence,
+            metadata={MAINTENANCE_META: "compaction"},
+            partition_by=rewrite.partition_by,
+            removes=rewrite.removes,
+            data_change=False,
+        ),
     )
 
 

@@ -55,7 +55,8 @@ from etl.delta.maintenance import (
     stored_files,
     temporary_leftovers,
 )
-from etl.delta.write import Fence, claim_table
+from etl.delta.commit import claim_table
+from etl.delta.fence import Fence
 from etl.errors import CommitConflictError, DeltaIOError, FencedError
 from etl.retention.gate import BatchGate
 

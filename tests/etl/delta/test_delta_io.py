@@ -48,7 +48,7 @@ from etl.delta import (
 )
 from etl.delta.layout import filesystem, spark_file_path
 from etl.delta.logfile import log_versions
-from etl.delta.write import SMALL_OUTPUT_ROWS, string_upper_bound
+from etl.delta.files import SMALL_OUTPUT_ROWS, string_upper_bound
 from etl.errors import (
     CommitConflictError,
     DeltaIOError,

@@ -17,7 +17,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from etl.delta import Fence, commit_files, read_arrow, table_version
-from etl.delta.write import write_arrow
+from etl.delta.files import write_arrow
 from etl.errors import FencedError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("_epoch", pa.int64())])
