@@ -40,7 +40,6 @@ class DeletedRows:
     new: DeletionVector
 
 
-
 def column_types(schema_json: str) -> dict[str, str]:
     """Column name -> Delta type, nullability and field metadata left out."""
 
@@ -263,4 +262,3 @@ def path_of(remove: DataFile | ActiveFile | str) -> str:
 
 def _dv_id(dv: DeletionVector | None) -> str | None:
     return None if dv is None else dv.unique_id
-

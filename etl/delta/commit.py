@@ -189,7 +189,9 @@ def run_commit(
                 check_supported(table, location)
                 if first_read is None:
                     first_read = table.version()
-                elif (version := _landed(location, writer, first_read, fence, commit_id)) is not None:
+                elif (
+                    version := _landed(location, writer, first_read, fence, commit_id)
+                ) is not None:
                     return version
                 if fence_rule == "claimed":
                     fence.require_claimed(table, location)
@@ -340,9 +342,7 @@ def commit_files(location: str, request: CommitRequest) -> int:
     return version
 
 
-def _creation(
-    location: str, request: CommitRequest, custom: Mapping[str, Any]
-) -> Attempt[Any]:
+def _creation(location: str, request: CommitRequest, custom: Mapping[str, Any]) -> Attempt[Any]:
     if request.removes or request.deletes:
         raise CommitConflictError(table=location, reason="there is no table to remove files from")
     if request.deletion_vectors:
@@ -389,17 +389,16 @@ def _on_version(
             "place: keep its partition columns, or write the new layout to a new table",
         )
     version = table.version()
-    if (
-        added
-        or replaced
-        or request.deletes
-        or (request.removes and has_deletion_vectors(table))
-    ):
-        gone = list(active_adds(location, version)) if request.mode == "overwrite" else request.removes
+    if added or replaced or request.deletes or (request.removes and has_deletion_vectors(table)):
+        gone = (
+            list(active_adds(location, version)) if request.mode == "overwrite" else request.removes
+        )
         actions = (
             [evolved_metadata(table, added)] * bool(added)
             + [metadata_action(table, json.loads(schema_json))] * replaced
-            + file_actions(location, version, gone, request.deletes, data_change=request.data_change)
+            + file_actions(
+                location, version, gone, request.deletes, data_change=request.data_change
+            )
         )
         entry = JsonCommit(
             fence=request.fence,

@@ -63,7 +63,6 @@ most this many bytes are tried for collecting (:func:`write_files`' ``collect_by
 collecting an output that turns out too big costs a Spark job for nothing."""
 
 
-
 @dataclass(frozen=True)
 class DataFile:
     """A Parquet data file written into a table directory, not necessarily committed."""
@@ -81,6 +80,7 @@ class DataFile:
 
 
 # -- statistics from the footers ------------------------------------------------------------
+
 
 def _timestamp_text(micros: int, *, utc: bool) -> str:
     text = (datetime(1970, 1, 1) + timedelta(microseconds=micros)).isoformat(

@@ -20,7 +20,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from etl.delta.commit import CommitRequest, commit_files
 from etl.delta.dv import DV_FILE_PREFIX, read_rows
+from etl.delta.fence import Fence
+from etl.delta.files import STAGING_PREFIX, DataFile, write_data_file
 from etl.delta.layout import filesystem, normalize_location, serialize_partition_value
 from etl.delta.log import ActiveFile, active_files, open_table
 from etl.delta.logfile import (
@@ -31,9 +34,6 @@ from etl.delta.logfile import (
     log_entry,
     log_versions,
 )
-from etl.delta.commit import CommitRequest, commit_files
-from etl.delta.fence import Fence
-from etl.delta.files import STAGING_PREFIX, DataFile, write_data_file
 
 MAINTENANCE_META = "delta_barrier.maintenance"
 """commitInfo key of maintenance commits (value: ``compaction``)."""

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Literal, get_args
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from etl.delta.actions import DeletedRows, added_columns
 from etl.delta.dv import read_many, write_dv_file
+from etl.delta.files import SMALL_OUTPUT_ROWS, DataFile, collect_small, write_arrow, write_files
 from etl.delta.layout import absolute_path, filesystem, normalize_location, spark_file_path
 from etl.delta.log import (
     ActiveFile,
@@ -32,8 +34,6 @@ from etl.delta.log import (
     loaded_table,
 )
 from etl.delta.read import FILE_PATH_COLUMN, ROW_INDEX_COLUMN, arrow_rows, scan, spark_schema
-from etl.delta.actions import DeletedRows, added_columns
-from etl.delta.files import SMALL_OUTPUT_ROWS, DataFile, collect_small, write_arrow, write_files
 from etl.errors import (
     DeltaIOError,
     DuplicateMergeKeyError,

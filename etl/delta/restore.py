@@ -5,10 +5,10 @@ after the one it was planned from."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from deltalake import DeltaTable
-from collections.abc import Mapping
 
 from consistency.models import BEFORE_FIRST_VERSION, META_COMMIT_ID, META_RESTORED_TO
 from etl.delta.actions import restore_actions
@@ -74,7 +74,10 @@ def restore_table(
                 DELTA_RS,
                 planned_at + 1,
                 DeltaRsCommit(
-                    fence=fence, custom=custom, schema=table.schema(), table=table,
+                    fence=fence,
+                    custom=custom,
+                    schema=table.schema(),
+                    table=table,
                     restore_to=to_version,
                 ),
             )
