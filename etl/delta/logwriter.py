@@ -92,17 +92,17 @@ class DeltaRsCommit:
     restore_to: int | None = None
 
     def properties(self) -> CommitProperties:
-        return commit_properties(self.fence, self.custom)
-
-
-def commit_properties(fence: Fence, custom: Mapping[str, Any]) -> CommitProperties:
-    """delta-rs' commit properties of a fenced commit: commitInfo with ``custom``, the job
-    and its generation; the fence's app transaction; no retry on top of another commit."""
-    return CommitProperties(
-        custom_metadata={**custom, META_JOB: fence.job, META_GENERATION: fence.generation},
-        max_commit_retries=0,
-        app_transactions=[fence.transaction()],
-    )
+        """commitInfo with ``custom``, the job and its generation; the fence's app
+        transaction; no retry on top of another writer's commit."""
+        return CommitProperties(
+            custom_metadata={
+                **self.custom,
+                META_JOB: self.fence.job,
+                META_GENERATION: self.fence.generation,
+            },
+            max_commit_retries=0,
+            app_transactions=[self.fence.transaction()],
+        )
 
 
 class DeltaRsLogWriter(LogWriter[DeltaRsCommit]):
@@ -214,5 +214,4 @@ __all__ = [
     "JsonLogWriter",
     "LogWriter",
     "Written",
-    "commit_properties",
 ]
