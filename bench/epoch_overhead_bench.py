@@ -44,7 +44,7 @@ def main() -> None:
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from etl.delta import Fence, commit_files, write_files
+    from etl.delta import CommitRequest, Fence, commit_files, write_files
     from etl.spark import build_spark
 
     spark = build_spark(app_name="epoch-overhead-bench", conf={"spark.ui.enabled": "false"})
@@ -77,11 +77,13 @@ def main() -> None:
                 files = write_files(df, str(location), file_prefix="1-1-0")
                 commit_files(
                     str(location),
-                    files,
-                    schema=schema,
-                    mode="append",
-                    fence=Fence("bench", generation=1),
-                    metadata={"delta_barrier.epoch": 1},
+                    CommitRequest(
+                        files,
+                        schema=schema,
+                        mode="append",
+                        fence=Fence("bench", generation=1),
+                        metadata={"delta_barrier.epoch": 1},
+                    ),
                 )
 
             medians = _median_seconds({"plain": plain, "epoch": epoch}, RUNS)

@@ -32,7 +32,7 @@ def main() -> None:
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from etl.delta import Fence, commit_files, write_files
+    from etl.delta import CommitRequest, Fence, commit_files, write_files
     from etl.spark import build_spark
 
     spark = build_spark(app_name="object-store-bench", conf={"spark.ui.enabled": "false"})
@@ -57,11 +57,13 @@ def main() -> None:
             files = write_files(df, location, file_prefix="1-1-0")
             commit_files(
                 location,
-                files,
-                schema=schema,
-                mode="append",
-                fence=Fence("bench", generation=1),
-                metadata={"delta_barrier.epoch": 1},
+                CommitRequest(
+                    files,
+                    schema=schema,
+                    mode="append",
+                    fence=Fence("bench", generation=1),
+                    metadata={"delta_barrier.epoch": 1},
+                ),
             )
             return time.perf_counter() - start
 

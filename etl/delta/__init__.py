@@ -1,95 +1,89 @@
 """The only door to Delta: Spark tasks write Parquet files (small outputs: the driver, from
-rows collected as Arrow), the driver commits them via delta-rs.
+rows collected as Arrow), the driver commits them.
 
 Tables stay plain Delta (protocol reader 1 / writer 2 unless the caller's data needs more,
 e.g. timestampNtz, or merge jobs' deletion vectors: reader 3 / writer 7), readable by any
 Delta reader that supports their features.
+
+Reading:
 
 - :mod:`etl.delta.log`: opening a table, its files, the commit metadata recovery reads
   back (:func:`log_commits`), and :data:`EPOCH_COLUMN`;
 - :mod:`etl.delta.layout`: Hive-style partition directories and partition types;
 - :mod:`etl.delta.read`: Spark DataFrames (:func:`read_table`, :func:`read_epochs`) and
   Arrow/pandas without Spark (:func:`read_arrow`, :func:`read_pandas`);
-- :mod:`etl.delta.write`: :func:`write_files`, :func:`commit_files`, :func:`restore_table`;
-- :mod:`etl.delta.merge`: keyed upserts (:func:`merge_files`): deletion vectors or
-  copy-on-write;
 - :mod:`etl.delta.dv`: the deletion-vector codec; :mod:`etl.delta.logfile`: the log read
-  and written directly where delta-rs cannot carry deletion vectors.
+  (and written) directly where delta-rs does not carry deletion vectors.
+
+Writing (imported only when used: a reader never loads them):
+
+- :mod:`etl.delta.files`: Parquet files and their descriptors (:func:`write_files`,
+  :class:`DataFile`), not yet committed;
+- :mod:`etl.delta.fence`: a job's :class:`Fence`, its lease generation in the log;
+- :mod:`etl.delta.commit`: :func:`commit_files` of a :class:`CommitRequest`,
+  :func:`claim_table`, and the retry/verify loop every commit goes through
+  (:func:`~etl.delta.commit.run_commit`: conflict back-off, the fence checked on each
+  version tried, "did it land?" after an unknown outcome);
+- :mod:`etl.delta.logwriter`: what writes a version's log entry put if absent, and reads
+  back what landed (:class:`~etl.delta.logwriter.LogWriter`): delta-rs, or our own JSON
+  log writer for what delta-rs cannot carry (deletion vectors, schema changes);
+- :mod:`etl.delta.actions`: the log actions our own entries hold;
+- :mod:`etl.delta.restore`: :func:`restore_table`;
+- :mod:`etl.delta.merge`: keyed upserts (:func:`merge_files`): deletion vectors or
+  copy-on-write; :mod:`etl.delta.maintenance`: compaction and log upkeep.
 
 Writing one batch::
 
     files = write_files(df, location, partition_by=["_epoch"], file_prefix="7-1-0")
     version = commit_files(
-        location, files, schema=to_arrow_schema(df.schema, timezone="UTC"), mode="append",
-        partition_by=["_epoch"], fence=Fence("job", generation=3), metadata={...},
+        location,
+        CommitRequest(
+            files, schema=to_arrow_schema(df.schema, timezone="UTC"), mode="append",
+            partition_by=["_epoch"], fence=Fence("job", generation=3), metadata={...},
+        ),
     )
 """
 
-from etl.delta.layout import PARTITION_TYPES
-from etl.delta.log import (
-    EPOCH_COLUMN,
-    SUPPORTED_READER_FEATURES,
-    ActiveFile,
-    active_files,
-    log_commits,
-    open_table,
-    table_exists,
-    table_version,
-)
-from etl.delta.merge import (
-    MERGE_STRATEGIES,
-    REWRITE_ALL_BYTES,
-    MergeStrategy,
-    MergeWrite,
-    merge_files,
-    require_unique_keys,
-)
-from etl.delta.read import epoch_rows, read_arrow, read_epochs, read_pandas, read_table, scan
-from etl.delta.write import (
-    SMALL_OUTPUT_ROWS,
-    CommitMode,
-    DataFile,
-    DeletedRows,
-    Fence,
-    claim_table,
-    commit_files,
-    estimated_bytes,
-    remove_staging,
-    restore_table,
-    write_files,
-)
+from etl.lazy import lazy_exports
 
-__all__ = [
-    "EPOCH_COLUMN",
-    "MERGE_STRATEGIES",
-    "PARTITION_TYPES",
-    "REWRITE_ALL_BYTES",
-    "SMALL_OUTPUT_ROWS",
-    "SUPPORTED_READER_FEATURES",
-    "ActiveFile",
-    "CommitMode",
-    "DataFile",
-    "DeletedRows",
-    "Fence",
-    "MergeStrategy",
-    "MergeWrite",
-    "active_files",
-    "claim_table",
-    "commit_files",
-    "estimated_bytes",
-    "log_commits",
-    "merge_files",
-    "open_table",
-    "epoch_rows",
-    "read_arrow",
-    "read_epochs",
-    "read_pandas",
-    "read_table",
-    "remove_staging",
-    "require_unique_keys",
-    "restore_table",
-    "scan",
-    "table_exists",
-    "table_version",
-    "write_files",
-]
+_EXPORTS: dict[str, str] = {
+    # reading
+    "EPOCH_COLUMN": "etl.delta.log",
+    "SUPPORTED_READER_FEATURES": "etl.delta.log",
+    "ActiveFile": "etl.delta.log",
+    "active_files": "etl.delta.log",
+    "log_commits": "etl.delta.log",
+    "open_table": "etl.delta.log",
+    "table_exists": "etl.delta.log",
+    "table_version": "etl.delta.log",
+    "PARTITION_TYPES": "etl.delta.layout",
+    "epoch_rows": "etl.delta.read",
+    "read_arrow": "etl.delta.read",
+    "read_epochs": "etl.delta.read",
+    "read_pandas": "etl.delta.read",
+    "read_table": "etl.delta.read",
+    "scan": "etl.delta.read",
+    # writing
+    "SMALL_OUTPUT_ROWS": "etl.delta.files",
+    "DataFile": "etl.delta.files",
+    "estimated_bytes": "etl.delta.files",
+    "remove_staging": "etl.delta.files",
+    "write_files": "etl.delta.files",
+    "Fence": "etl.delta.fence",
+    "CommitMode": "etl.delta.commit",
+    "CommitRequest": "etl.delta.commit",
+    "DeletedRows": "etl.delta.commit",
+    "claim_table": "etl.delta.commit",
+    "commit_files": "etl.delta.commit",
+    "restore_table": "etl.delta.restore",
+    "MERGE_STRATEGIES": "etl.delta.merge",
+    "REWRITE_ALL_BYTES": "etl.delta.merge",
+    "MergeStrategy": "etl.delta.merge",
+    "MergeWrite": "etl.delta.merge",
+    "merge_files": "etl.delta.merge",
+    "require_unique_keys": "etl.delta.merge",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -3,7 +3,7 @@ table reference, deleting the rest, compacting small files and keeping the log s
 
 Nothing here decides *which* versions are kept: the caller (etl/retention/maintain.py)
 computes that from the catalog. Compaction commits go through
-:func:`etl.delta.write.commit_files` under the writer job's fence, with no epoch
+:func:`etl.delta.commit.commit_files` under the writer job's fence, with no epoch
 metadata: recovery (consistency/recovery.py, ``_replay_log``) sees a commit of the job
 without an epoch, which holds no rows of its own.
 """
@@ -20,7 +20,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from etl.delta.commit import CommitRequest, commit_files
 from etl.delta.dv import DV_FILE_PREFIX, read_rows
+from etl.delta.fence import Fence
+from etl.delta.files import STAGING_PREFIX, DataFile, write_data_file
 from etl.delta.layout import filesystem, normalize_location, serialize_partition_value
 from etl.delta.log import ActiveFile, active_files, open_table
 from etl.delta.logfile import (
@@ -30,13 +33,6 @@ from etl.delta.logfile import (
     LOG_DIR,
     log_entry,
     log_versions,
-)
-from etl.delta.write import (
-    STAGING_PREFIX,
-    DataFile,
-    Fence,
-    commit_files,
-    write_data_file,
 )
 
 MAINTENANCE_META = "delta_barrier.maintenance"
@@ -327,14 +323,16 @@ def commit_rewrite(rewrite: Rewrite, *, fence: Fence) -> int:
     :func:`discard_rewrite`)."""
     return commit_files(
         rewrite.location,
-        rewrite.files,
-        schema=rewrite.schema,
-        mode="append",
-        fence=fence,
-        metadata={MAINTENANCE_META: "compaction"},
-        partition_by=rewrite.partition_by,
-        removes=rewrite.removes,
-        data_change=False,
+        CommitRequest(
+            rewrite.files,
+            schema=rewrite.schema,
+            mode="append",
+            fence=fence,
+            metadata={MAINTENANCE_META: "compaction"},
+            partition_by=rewrite.partition_by,
+            removes=rewrite.removes,
+            data_change=False,
+        ),
     )
 
 

@@ -5,7 +5,7 @@ the updated rows of the table are found by (file, row index), deleted by deletio
 (Delta protocol, "Deletion Vectors") and the updates are written as new files: the cost
 follows the keys touched, not the table. ``copy-on-write``: the files holding an updated
 key are rewritten, their kept rows plus the updates. Either way the result is committed
-with :func:`etl.delta.write.commit_files` in one commit. A small table is rewritten whole
+with :func:`etl.delta.commit.commit_files` in one commit. A small table is rewritten whole
 in one Spark job.
 """
 
@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Literal, get_args
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from etl.delta.actions import DeletedRows, added_columns
 from etl.delta.dv import read_many, write_dv_file
+from etl.delta.files import SMALL_OUTPUT_ROWS, DataFile, collect_small, write_arrow, write_files
 from etl.delta.layout import absolute_path, filesystem, normalize_location, spark_file_path
 from etl.delta.log import (
     ActiveFile,
@@ -32,15 +34,6 @@ from etl.delta.log import (
     loaded_table,
 )
 from etl.delta.read import FILE_PATH_COLUMN, ROW_INDEX_COLUMN, arrow_rows, scan, spark_schema
-from etl.delta.write import (
-    SMALL_OUTPUT_ROWS,
-    DataFile,
-    DeletedRows,
-    added_columns,
-    collect_small,
-    write_arrow,
-    write_files,
-)
 from etl.errors import (
     DeltaIOError,
     DuplicateMergeKeyError,
@@ -112,7 +105,7 @@ def merge_files(
     :data:`REWRITE_ALL_BYTES`), fewer than ``collect_rows``
     rows by the log's statistics, and the result at most ``collect_rows`` rows, every file
     is replaced, in one Spark job collected to the driver
-    (:func:`etl.delta.write.write_arrow`). Otherwise only the files holding a key of
+    (:func:`etl.delta.files.write_arrow`). Otherwise only the files holding a key of
     ``updates`` are, found by a distributed semi-join on ``keys`` (only distinct file
     paths reach the driver) with the update keys broadcast.
 

@@ -25,6 +25,7 @@ from consistency import (
     EpochBatch,
 )
 from etl.delta import (
+    CommitRequest,
     DataFile,
     DeletedRows,
     Fence,
@@ -305,7 +306,7 @@ class EpochWriter:
         replace_schema: bool = False,
     ) -> int:
         """Commit written files of micro-batch ``part`` to ``table``; returns the version.
-        ``replace_schema``: see :func:`etl.delta.commit_files`."""
+        ``replace_schema``: see :class:`etl.delta.CommitRequest`."""
         job = self.job
         location = self.location(table)
         metadata: dict[str, str | int | bool] = {
@@ -318,19 +319,21 @@ class EpochWriter:
         try:
             return commit_files(
                 location,
-                files,
-                schema=schema,
-                mode="overwrite" if overwrite else "append",
-                partition_by=job.partition_by if table == job.output else (),
-                removes=removes,
-                deletes=deletes,
-                fence=self.fence,
-                metadata=metadata,
-                # A merge job's new table is created ready for merge-on-read.
-                deletion_vectors=table == job.output
-                and job.mode == "merge"
-                and job.merge_strategy == "deletion-vectors",
-                replace_schema=replace_schema,
+                CommitRequest(
+                    files,
+                    schema=schema,
+                    mode="overwrite" if overwrite else "append",
+                    partition_by=job.partition_by if table == job.output else (),
+                    removes=removes,
+                    deletes=deletes,
+                    fence=self.fence,
+                    metadata=metadata,
+                    # A merge job's new table is created ready for merge-on-read.
+                    deletion_vectors=table == job.output
+                    and job.mode == "merge"
+                    and job.merge_strategy == "deletion-vectors",
+                    replace_schema=replace_schema,
+                ),
             )
         except SchemaMismatchError as exc:
             raise OutputSchemaError(job=job.name, epoch=self.batch.last, problem=str(exc)) from exc

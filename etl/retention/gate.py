@@ -4,7 +4,7 @@ while one of its batches runs.
 
 Why: a merge batch removes the files holding the keys it updates, as they were when it
 read the table; a compaction commit landing in between would remove them first, and the
-batch's commit would fail its precondition (etl/delta/write.py, ``commit_files``). A
+batch's commit would fail its precondition (etl/delta/commit.py, ``commit_files``). A
 compaction commit lands only while the job is idle, and a batch starts only once such a
 commit is done: a batch waits for at most one commit, never for a whole compaction.
 """

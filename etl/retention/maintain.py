@@ -44,6 +44,8 @@ from datetime import UTC, datetime, timedelta
 
 from catalog import Catalog, EpochState, Lease, LeaseHeldError
 from consistency.retention import EpochPoint, Retention, expired_epochs
+from etl.delta.commit import claim_table
+from etl.delta.fence import Fence
 from etl.delta.maintenance import (
     LOG_GRACE,
     commit_rewrite,
@@ -57,7 +59,6 @@ from etl.delta.maintenance import (
     stored_files,
     temporary_leftovers,
 )
-from etl.delta.write import Fence, claim_table
 from etl.errors import CommitConflictError, DeltaIOError, FencedError
 from etl.retention.gate import BatchGate
 

@@ -25,6 +25,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from catalog import load_catalog
 from etl import FileSource, Retention, Runner, snapshot
 from etl.delta import (
+    CommitRequest,
     Fence,
     commit_files,
     merge_files,
@@ -243,8 +244,8 @@ def test_deletion_vector_merges_restore_and_log_upkeep_on_s3(spark, s3_bucket):
 
     def commit(files, epoch, **options) -> int:
         return commit_files(
-            location, files, schema=schema, mode="append", fence=DV_FENCE,
-            metadata={"delta_barrier.epoch": epoch}, **options,
+            location, CommitRequest(files, schema=schema, mode="append", fence=DV_FENCE,
+            metadata={"delta_barrier.epoch": epoch}, **options),
         )  # fmt: skip
 
     base_rows = [(i, f"v{i}", 1) for i in range(200)]

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import pyarrow as pa  # noqa: E402
 from deltalake import DeltaTable  # noqa: E402
 
-from etl.delta import Fence, claim_table, commit_files  # noqa: E402
+from etl.delta import CommitRequest, Fence, claim_table, commit_files  # noqa: E402
 from etl.errors import FencedError  # noqa: E402
 
 
@@ -40,11 +40,13 @@ def main(argv: list[str]) -> int:
         try:
             version = commit_files(
                 location,
-                [],
-                schema=schema,
-                mode="append",
-                fence=fence,
-                metadata={"race.worker": name, "race.index": index},
+                CommitRequest(
+                    [],
+                    schema=schema,
+                    mode="append",
+                    fence=fence,
+                    metadata={"race.worker": name, "race.index": index},
+                ),
             )
         except FencedError as exc:
             report["stop"] = f"fenced at {exc.fenced_at}"

@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from etl.delta import (
+    CommitRequest,
     Fence,
     active_files,
     commit_files,
@@ -54,14 +55,16 @@ def _rows(ids, epoch: int, part=lambda i: "ab"[i % 2]) -> list[tuple]:
 def _commit(location, df, files, epoch, *, partition_by=(), create=False, **options) -> int:
     return commit_files(
         location,
-        files,
-        schema=to_arrow_schema(df.schema, timezone="UTC"),
-        mode="append",
-        partition_by=partition_by,
-        fence=FENCE,
-        metadata={"delta_barrier.epoch": epoch},
-        deletion_vectors=create,
-        **options,
+        CommitRequest(
+            files,
+            schema=to_arrow_schema(df.schema, timezone="UTC"),
+            mode="append",
+            partition_by=partition_by,
+            fence=FENCE,
+            metadata={"delta_barrier.epoch": epoch},
+            deletion_vectors=create,
+            **options,
+        ),
     )
 
 
@@ -227,9 +230,9 @@ def test_a_lost_race_for_the_version_re_plans_and_a_landed_commit_is_not_repeate
             assert _commit(location, other, files, 9) == version
         return real(where, version, actions)
 
-    import etl.delta.write as write_module
+    import etl.delta.logwriter as logwriter
 
-    monkeypatch.setattr(write_module, "commit_actions", racing)
+    monkeypatch.setattr(logwriter, "commit_actions", racing)
     version = _commit(location, updates, merged.adds, 2, deletes=merged.deletes)
     assert calls == [base + 1, base + 2] and version == base + 2
     expected = {r[0]: r for r in _rows(range(300), 1) + _rows([7000], 9) + _rows([10, 20], 2)}
@@ -242,7 +245,7 @@ def test_a_lost_race_for_the_version_re_plans_and_a_landed_commit_is_not_repeate
         real(where, version, actions)
         raise OSError("connection reset after the write")
 
-    monkeypatch.setattr(write_module, "commit_actions", lands_then_fails)
+    monkeypatch.setattr(logwriter, "commit_actions", lands_then_fails)
     assert _commit(location, updates, merged.adds, 3, deletes=merged.deletes) == version + 1
     assert open_table(location).version() == version + 1
     expected.update({r[0]: r for r in _rows([30], 3)})
@@ -428,9 +431,9 @@ def test_the_log_replay_kept_per_table_follows_new_versions_and_a_recreated_tabl
 
 
 def test_own_log_commits_write_checkpoints_at_the_interval(spark, tmp_path, monkeypatch):
-    import etl.delta.write as write_module
+    import etl.delta.commit as commit_module
 
-    monkeypatch.setattr(write_module, "CHECKPOINT_INTERVAL", 2)
+    monkeypatch.setattr(commit_module, "CHECKPOINT_INTERVAL", 2)
     location = str(tmp_path / "t")
     version = _table(spark, location)
     for epoch in range(2, 5):

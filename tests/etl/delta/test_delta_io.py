@@ -31,6 +31,7 @@ from consistency.models import (
     LogCommit,
 )
 from etl.delta import (
+    CommitRequest,
     Fence,
     MergeWrite,
     claim_table,
@@ -46,9 +47,9 @@ from etl.delta import (
     table_version,
     write_files,
 )
+from etl.delta.files import SMALL_OUTPUT_ROWS, string_upper_bound
 from etl.delta.layout import filesystem, spark_file_path
 from etl.delta.logfile import log_versions
-from etl.delta.write import SMALL_OUTPUT_ROWS, string_upper_bound
 from etl.errors import (
     CommitConflictError,
     DeltaIOError,
@@ -89,13 +90,15 @@ FENCE = Fence("j", generation=1)
 def _commit(location, df, files, txn, *, mode="append", partition_by=(), removes=(), meta=None):
     return commit_files(
         str(location),
-        files,
-        schema=to_arrow_schema(df.schema, timezone="UTC"),
-        mode=mode,
-        partition_by=partition_by,
-        removes=removes,
-        fence=FENCE,
-        metadata=meta or {},
+        CommitRequest(
+            files,
+            schema=to_arrow_schema(df.schema, timezone="UTC"),
+            mode=mode,
+            partition_by=partition_by,
+            removes=removes,
+            fence=FENCE,
+            metadata=meta or {},
+        ),
     )
 
 
@@ -234,11 +237,13 @@ def test_a_claimed_table_refuses_every_older_generation(spark, tmp_path):
     assert (
         commit_files(
             location,
-            [],
-            schema=to_arrow_schema(df.schema, timezone="UTC"),
-            mode="append",
-            fence=other,
-            metadata={},
+            CommitRequest(
+                [],
+                schema=to_arrow_schema(df.schema, timezone="UTC"),
+                mode="append",
+                fence=other,
+                metadata={},
+            ),
         )
         == 3
     )
@@ -263,12 +268,17 @@ def test_a_table_created_by_another_runner_is_never_committed_on_top_of(spark, t
     assert claim_table(location, fence=owner) is None  # nothing to claim yet
     created = write_files(schema_df, location, file_prefix="zombie")
     assert (
-        commit_files(location, created, schema=schema, mode="append", fence=zombie, metadata={})
+        commit_files(
+            location,
+            CommitRequest(created, schema=schema, mode="append", fence=zombie, metadata={}),
+        )
         == 0
     )
     replay = write_files(schema_df, location, file_prefix="owner")
     with pytest.raises(UnclaimedTableError) as refused:
-        commit_files(location, replay, schema=schema, mode="append", fence=owner, metadata={})
+        commit_files(
+            location, CommitRequest(replay, schema=schema, mode="append", fence=owner, metadata={})
+        )
     assert (refused.value.generation, refused.value.recorded) == (2, 1)
     assert table_version(location) == 0 and read_table(spark, location).count() == 3
     # The same when the table has no claim at all (created outside any fence).
@@ -277,10 +287,15 @@ def test_a_table_created_by_another_runner_is_never_committed_on_top_of(spark, t
     # Recovery claims it; from then on the owner commits and the zombie is fenced.
     assert claim_table(location, fence=owner) == 1
     assert (
-        commit_files(location, replay, schema=schema, mode="append", fence=owner, metadata={}) == 2
+        commit_files(
+            location, CommitRequest(replay, schema=schema, mode="append", fence=owner, metadata={})
+        )
+        == 2
     )
     with pytest.raises(FencedError):
-        commit_files(location, [], schema=schema, mode="append", fence=zombie, metadata={})
+        commit_files(
+            location, CommitRequest([], schema=schema, mode="append", fence=zombie, metadata={})
+        )
 
 
 @pytest.mark.parametrize("deletion_vectors", [False, True], ids=["delta-rs", "own-log-writer"])
@@ -304,12 +319,14 @@ def test_losing_the_race_to_create_a_table_is_a_conflict_not_an_append(
         try:
             outcome[generation] = commit_files(
                 location,
-                files[generation],
-                schema=schema,
-                mode="append",
-                fence=Fence("j", generation),
-                metadata={},
-                deletion_vectors=deletion_vectors,
+                CommitRequest(
+                    files[generation],
+                    schema=schema,
+                    mode="append",
+                    fence=Fence("j", generation),
+                    metadata={},
+                    deletion_vectors=deletion_vectors,
+                ),
             )
         except Exception as exc:  # noqa: BLE001 - the loser's error is the assertion
             outcome[generation] = exc
@@ -697,7 +714,7 @@ def test_tables_with_unsupported_features_are_refused(spark, tmp_path):
             lambda loc=location: read_table(spark, loc),
             lambda loc=location: read_arrow(loc),
             lambda loc=location: commit_files(
-                loc, [], schema=schema, mode="append", fence=FENCE, metadata={}
+                loc, CommitRequest([], schema=schema, mode="append", fence=FENCE, metadata={})
             ),
         ):
             with pytest.raises(UnsupportedTableFeatureError) as err:
@@ -743,7 +760,9 @@ def _log_files(location: Path) -> tuple[list[int], list[int]]:
 
 
 def _empty_commit(location: Path, fence: Fence, *, mode="append") -> int:
-    return commit_files(str(location), [], schema=LOG_SCHEMA, mode=mode, fence=fence, metadata={})
+    return commit_files(
+        str(location), CommitRequest([], schema=LOG_SCHEMA, mode=mode, fence=fence, metadata={})
+    )
 
 
 def test_every_commit_path_checkpoints_at_the_interval_and_only_there(tmp_path):

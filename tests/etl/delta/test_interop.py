@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from etl.delta import (
+    CommitRequest,
     Fence,
     commit_files,
     merge_files,
@@ -67,13 +68,15 @@ def versions(spark, tmp_path_factory) -> tuple[str, list[int]]:
     def commit(df, files, txn, *, mode="append", removes=()):
         return commit_files(
             location,
-            files,
-            schema=to_arrow_schema(df.schema, timezone="UTC"),
-            mode=mode,
-            partition_by=PARTITION_BY,
-            removes=removes,
-            fence=Fence("interop", generation=1),
-            metadata={"delta_barrier.epoch": txn},
+            CommitRequest(
+                files,
+                schema=to_arrow_schema(df.schema, timezone="UTC"),
+                mode=mode,
+                partition_by=PARTITION_BY,
+                removes=removes,
+                fence=Fence("interop", generation=1),
+                metadata={"delta_barrier.epoch": txn},
+            ),
         )
 
     written = []
@@ -170,13 +173,15 @@ def _dv_table(
     def commit(df, files, txn, **options):
         return commit_files(
             location,
-            files,
-            schema=to_arrow_schema(df.schema, timezone="UTC"),
-            mode="append",
-            partition_by=PARTITION_BY,
-            fence=fence,
-            metadata={"delta_barrier.epoch": txn},
-            **options,
+            CommitRequest(
+                files,
+                schema=to_arrow_schema(df.schema, timezone="UTC"),
+                mode="append",
+                partition_by=PARTITION_BY,
+                fence=fence,
+                metadata={"delta_barrier.epoch": txn},
+                **options,
+            ),
         )
 
     base = spark.createDataFrame([_row(i, 1, names[i % len(names)]) for i in range(rows)], SCHEMA)

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from etl.delta import Fence, commit_files, read_arrow, table_version
-from etl.delta.write import write_arrow
+from etl.delta import CommitRequest, Fence, commit_files, read_arrow, table_version
+from etl.delta.files import write_arrow
 from etl.errors import FencedError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("_epoch", pa.int64())])
@@ -29,7 +29,9 @@ def _rows(ids: range, epoch: int = 1) -> pa.Table:
 
 def _commit(location: str, ids: range, fence: Fence, prefix: str) -> int:
     files = write_arrow(_rows(ids), location, file_prefix=prefix)
-    return commit_files(location, files, schema=SCHEMA, mode="append", fence=fence, metadata={})
+    return commit_files(
+        location, CommitRequest(files, schema=SCHEMA, mode="append", fence=fence, metadata={})
+    )
 
 
 def _ids(location: str, version: int | None = None) -> list[int]:
@@ -99,11 +101,11 @@ def test_log_reads_per_epoch_on_s3_do_not_grow_with_the_tables_logs(
     made them grow by about 30 per epoch (bench/RESULTS-issue25.md)."""
     from catalog import load_catalog
     from etl import Runner
-    from etl.delta import write as write_module
+    from etl.delta import commit as commit_module
     from examples.wordcount.pipeline import build
     from tests.support.s3_requests import LOG_GET
 
-    monkeypatch.setattr(write_module, "CHECKPOINT_INTERVAL", 1000)
+    monkeypatch.setattr(commit_module, "CHECKPOINT_INTERVAL", 1000)
     incoming = tmp_path / "incoming"
     incoming.mkdir()
     warehouse = f"{s3_bucket}/warehouse"
@@ -126,10 +128,10 @@ def test_the_fence_is_read_from_a_checkpoint_when_the_entries_before_it_are_gone
     for it on every call): the claim, recorded before the checkpoint, must be read from the
     checkpoint's ``txn`` actions once the entries before it are cleaned up."""
     from etl.delta import claim_table
-    from etl.delta import write as write_module
+    from etl.delta import commit as commit_module
     from etl.errors import UnclaimedTableError
 
-    monkeypatch.setattr(write_module, "CHECKPOINT_INTERVAL", 2)
+    monkeypatch.setattr(commit_module, "CHECKPOINT_INTERVAL", 2)
     kept = str(tmp_path / "kept")
     zombie, owner = Fence("j", generation=1), Fence("j", generation=2)
     assert _commit(kept, range(3), zombie, "a") == 0

@@ -13,7 +13,15 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from etl.delta import Fence, claim_table, commit_files, merge_files, read_table, write_files
+from etl.delta import (
+    CommitRequest,
+    Fence,
+    claim_table,
+    commit_files,
+    merge_files,
+    read_table,
+    write_files,
+)
 from etl.errors import SchemaMismatchError
 from etl.reader import delta_extension_path
 
@@ -28,14 +36,16 @@ def _commit(location: str, frame, *, mode: str = "append", merged=None) -> int:
     files = merged.adds if merged is not None else write_files(frame, location, file_prefix="e")
     return commit_files(
         location,
-        files,
-        schema=to_arrow_schema(frame.schema, timezone="UTC"),
-        mode=mode,
-        fence=FENCE,
-        metadata={},
-        removes=merged.removes if merged is not None else (),
-        deletes=merged.deletes if merged is not None else (),
-        deletion_vectors=True,
+        CommitRequest(
+            files,
+            schema=to_arrow_schema(frame.schema, timezone="UTC"),
+            mode=mode,
+            fence=FENCE,
+            metadata={},
+            removes=merged.removes if merged is not None else (),
+            deletes=merged.deletes if merged is not None else (),
+            deletion_vectors=True,
+        ),
     )
 
 

@@ -1,0 +1,444 @@
+"""Committing to a Delta log: a job's written files (:func:`commit_files`, asked for by a
+:class:`CommitRequest`) and its claims (:func:`claim_table`), through one retry/verify loop
+(:func:`run_commit`) that restores (:mod:`etl.delta.restore`) use too.
+
+Every commit is fenced (:class:`~etl.delta.fence.Fence`) and written as exactly the next
+version, put if absent, by a :class:`~etl.delta.logwriter.LogWriter`: delta-rs, or our own
+JSON log writer when the commit carries what delta-rs' actions cannot (deletion vectors,
+a schema change). A commit that loses the race for the version checks the fence and its
+preconditions again on the new latest version and tries again after a random pause; an
+attempt whose outcome is unknown is looked up in the log by its commit id, so a commit is
+never applied twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, get_args
+
+import pyarrow as pa
+from deltalake import DeltaTable, Schema
+from deltalake.exceptions import DeltaError
+from deltalake.transaction import AddAction, RemoveAction
+
+from consistency.models import META_COMMIT_ID
+from etl.delta.actions import (
+    DeletedRows,
+    add_action,
+    added_columns,
+    column_types,
+    creation_actions,
+    evolved_metadata,
+    file_actions,
+    metadata_action,
+    remove_actions,
+)
+from etl.delta.fence import Fence
+from etl.delta.files import DataFile
+from etl.delta.layout import normalize_location
+from etl.delta.log import (
+    ActiveFile,
+    check_supported,
+    has_deletion_vectors,
+    loaded_table,
+    table_exists,
+)
+from etl.delta.logfile import CHECKPOINT_INTERVAL, active_adds, entry_stamp
+from etl.delta.logwriter import (
+    DELTA_RS,
+    JSON_LOG,
+    CommitMode,
+    DeltaRsCommit,
+    Entry,
+    JsonCommit,
+    LogWriter,
+)
+from etl.errors import CommitConflictError, DeltaIOError, InvalidWriteOptionError
+
+_log = logging.getLogger(__name__)
+
+# Commits that lose the race for the next version re-check their preconditions and try
+# again after a random pause that grows with every loss (so that no writer starves);
+# past this many losses in a row something else writes the table without pause.
+MAX_COMMIT_ROUNDS = 40
+_BACKOFF_CAP_SECONDS = 0.25
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    """What one commit of written files asks of a table (:func:`commit_files`).
+
+    The first commit creates the table with ``schema`` and ``partition_by`` (with
+    ``deletion_vectors``, with the ``deletionVectors`` table feature: protocol 3/7, and
+    ``delta.enableDeletionVectors``). ``overwrite`` removes every current file;
+    ``removes`` (paths, DataFiles, or ActiveFiles, whose deletion vector must be unchanged
+    too) are removed in the same commit (copy-on-write) and must all still be in the
+    version committed on, else CommitConflictError (the caller re-plans from the new
+    version). ``deletes`` give files new deletion vectors (a merge-on-read merge): each
+    file must still have the DV it was planned on, else CommitConflictError. ``metadata``
+    goes into commitInfo with the job, its generation and a commit id. ``replace_schema``
+    (an ``overwrite`` only): the table's schema becomes ``schema`` in the same commit,
+    whatever changed (Delta's overwriteSchema: a changed type, a dropped or renamed
+    column), as ``etl recompute`` does to a table it rewrites from its first epoch;
+    versions before it keep their schema. ``data_change=False`` marks every add and remove
+    as a rearrangement of rows already in the table (compaction; Delta protocol, "Add File
+    and Remove File": streaming readers do not read such files again).
+    """
+
+    files: Sequence[DataFile]
+    schema: pa.Schema
+    mode: CommitMode
+    fence: Fence
+    metadata: Mapping[str, str | int | bool] = field(default_factory=dict)
+    partition_by: Sequence[str] = ()
+    removes: Sequence[DataFile | ActiveFile | str] = ()
+    deletes: Sequence[DeletedRows] = ()
+    data_change: bool = True
+    deletion_vectors: bool = False
+    replace_schema: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("files", "partition_by", "removes", "deletes"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "metadata", dict(self.metadata))
+
+    def check(self, location: str) -> None:
+        """InvalidWriteOptionError when the options cannot work together."""
+        if self.mode not in get_args(CommitMode):
+            raise InvalidWriteOptionError(
+                table=location, option="mode", reason=f"unknown mode {self.mode!r}"
+            )
+        if self.replace_schema and self.mode != "overwrite":
+            raise InvalidWriteOptionError(
+                table=location,
+                option="replace_schema",
+                reason="only an overwrite replaces the schema",
+            )
+        if self.mode == "overwrite" and (self.removes or self.deletes):
+            raise InvalidWriteOptionError(
+                table=location, option="removes", reason="an overwrite removes every file already"
+            )
+
+
+# -- the retry/verify loop ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attempt(Generic[Entry]):
+    """One round's log entry: ``entry``, written as ``version`` by ``writer``."""
+
+    writer: LogWriter[Entry]
+    version: int
+    entry: Entry
+
+
+@dataclass(frozen=True)
+class Done:
+    """Nothing to commit: the table is already as asked, at ``version`` (None: no table)."""
+
+    version: int | None
+
+
+Plan = Callable[[DeltaTable | None], Attempt[Any] | Done]
+"""What to write on the loaded version (None: there is no table yet)."""
+FenceRule = Literal["claimed", "not newer"]
+"""The fence a version committed on must record: exactly the fence's generation (commits,
+restores), or none newer (claims)."""
+
+
+def run_commit(
+    location: str,
+    *,
+    fence: Fence,
+    plan: Plan,
+    commit_id: str | None,
+    operation: str,
+    fence_rule: FenceRule = "claimed",
+    planned_at: int | None = None,
+) -> int | None:
+    """Commit what ``plan`` gives on the latest version (or on ``planned_at`` only);
+    returns the version that holds it.
+
+    Each round loads the version, checks the fence (FencedError when a newer generation
+    recorded it; with ``"claimed"``, UnclaimedTableError when it records an older one or
+    none), asks ``plan`` for the entry of the next version and writes it. Another writer
+    took the version: with ``planned_at``, CommitConflictError (the caller re-plans); else
+    a random pause, and a new round (after :data:`MAX_COMMIT_ROUNDS`, CommitConflictError).
+    An attempt whose outcome is unknown is looked up in the log (:func:`_landed`): landed,
+    it is done; the version taken by another writer, a lost race; not written,
+    DeltaIOError. From the second round on the log is looked up first too: an attempt
+    reported lost may have landed.
+    """
+    first_read: int | None = None
+    writer: LogWriter[Any] = DELTA_RS
+    for lost in range(MAX_COMMIT_ROUNDS):
+        if planned_at is None and not table_exists(location):
+            attempt = plan(None)
+            if isinstance(attempt, Done):
+                return attempt.version
+            writer = attempt.writer
+            outcome = _write(location, attempt, -1, fence, commit_id, operation)
+        else:
+            with loaded_table(location, version=planned_at, operation=operation) as table:
+                check_supported(table, location)
+                if first_read is None:
+                    first_read = table.version()
+                elif (
+                    version := _landed(location, writer, first_read, fence, commit_id)
+                ) is not None:
+                    return version
+                if fence_rule == "claimed":
+                    fence.require_claimed(table, location)
+                else:
+                    fence.check(table, location)
+                attempt = plan(table)
+                if isinstance(attempt, Done):
+                    return attempt.version
+                writer = attempt.writer
+                outcome = _write(location, attempt, table.version(), fence, commit_id, operation)
+        if outcome is not None:
+            return checkpointed(location, outcome)
+        if planned_at is not None:
+            raise CommitConflictError(
+                table=location,
+                reason=f"the table moved past version {planned_at}, which the {operation} "
+                "was planned from",
+            )
+        _back_off(lost)
+    raise CommitConflictError(
+        table=location, reason=f"{MAX_COMMIT_ROUNDS} commits in a row lost the race"
+    )
+
+
+def _write(
+    location: str,
+    attempt: Attempt[Any],
+    read: int,
+    fence: Fence,
+    commit_id: str | None,
+    operation: str,
+) -> int | None:
+    """The version holding ``attempt`` (planned on version ``read``) once written; None
+    when another writer took it."""
+    try:
+        written = attempt.writer.write(location, attempt.version, attempt.entry)
+    except (DeltaError, OSError) as exc:
+        # Only ``attempt.version`` can hold it: absent, it did not land (yet).
+        if entry_stamp(location, attempt.version) is None:
+            raise DeltaIOError(
+                table=location,
+                operation="create" if attempt.version == 0 else operation,
+                reason=str(exc),
+            ) from exc
+        return _landed(location, attempt.writer, read, fence, commit_id)
+    return attempt.version if written == "written" else None
+
+
+def _landed(
+    location: str, writer: LogWriter[Any], after: int, fence: Fence, commit_id: str | None
+) -> int | None:
+    """The version after ``after`` holding the commit, if it landed: the one whose
+    commitInfo has ``commit_id``; for a commit without one (a claim), the latest version
+    when it records the fence's generation."""
+    if commit_id is not None:
+        return writer.landed(location, after, commit_id)
+    with loaded_table(location, operation="commit") as table:
+        if table.version() > after and fence.recorded(table, location) == fence.generation:
+            return table.version()
+    return None
+
+
+def _back_off(lost: int) -> None:
+    time.sleep(random.uniform(0, min(_BACKOFF_CAP_SECONDS, 0.002 * 2**lost)))
+
+
+def checkpointed(location: str, version: int) -> int:
+    """Checkpoint ``version`` when it is due (every :data:`CHECKPOINT_INTERVAL` versions);
+    returns ``version``. Opening a table replays the JSON commits after its newest
+    checkpoint, and a job commits once per epoch: without checkpoints that often, every
+    open of a busy table grows slower with its history."""
+    if version > 0 and version % CHECKPOINT_INTERVAL == 0:
+        try:
+            with loaded_table(location, version=version, operation="checkpoint") as table:
+                table.create_checkpoint()
+        except (DeltaIOError, DeltaError) as exc:  # an optimization: the commit stands
+            _log.warning("no checkpoint at version %s of %s: %s", version, location, exc)
+    return version
+
+
+# -- the kinds of commit -------------------------------------------------------------------------
+
+
+def claim_table(location: str, *, fence: Fence) -> int | None:
+    """Make ``location`` refuse every older generation of ``fence.job``; returns its version.
+
+    Commits nothing when the table already records this generation; None when the table
+    does not exist yet (its first commit will carry the fence). FencedError when a newer
+    generation claimed it first.
+    """
+    location = normalize_location(location)
+
+    def plan(table: DeltaTable | None) -> Attempt[DeltaRsCommit] | Done:
+        if table is None:
+            return Done(None)
+        if fence.recorded(table, location) == fence.generation:
+            return Done(table.version())
+        entry = DeltaRsCommit(
+            fence=fence,
+            custom={},
+            schema=table.schema(),
+            partition_by=tuple(table.metadata().partition_columns),
+            table=table,
+        )
+        return Attempt(DELTA_RS, table.version() + 1, entry)
+
+    return run_commit(
+        location,
+        fence=fence,
+        plan=plan,
+        commit_id=None,
+        operation="claim",
+        fence_rule="not newer",
+    )
+
+
+def commit_files(location: str, request: CommitRequest) -> int:
+    """Commit ``request``'s written files to the Delta log under its fence; returns the
+    version holding them.
+
+    The commit is applied to the latest version V only if V records exactly the fence's
+    generation (a newer one: FencedError; an older one or none: UnclaimedTableError, since
+    the table was created or written by a runner this one did not take over from: recovery
+    must claim it first), and only as version V + 1 (:func:`run_commit`). A table that
+    another writer creates while this commit creates it is refused the same way, never
+    committed on top of. Commits that set a deletion vector, remove a file carrying one or
+    change the schema are written by our own JSON log writer (delta-rs' actions cannot
+    carry them); the others by delta-rs.
+    """
+    location = normalize_location(location)
+    request.check(location)
+    commit_id = uuid.uuid4().hex
+    custom = {**request.metadata, META_COMMIT_ID: commit_id}
+
+    def plan(table: DeltaTable | None) -> Attempt[Any]:
+        if table is None:
+            return _creation(location, request, custom)
+        return _on_version(location, table, request, custom)
+
+    version = run_commit(
+        location,
+        fence=request.fence,
+        plan=plan,
+        commit_id=commit_id,
+        operation="commit",
+    )
+    assert version is not None  # a commit's plan is never Done
+    return version
+
+
+def _creation(location: str, request: CommitRequest, custom: Mapping[str, Any]) -> Attempt[Any]:
+    if request.removes or request.deletes:
+        raise CommitConflictError(table=location, reason="there is no table to remove files from")
+    if request.deletion_vectors:
+        return Attempt(
+            JSON_LOG,
+            0,
+            JsonCommit(
+                fence=request.fence,
+                custom=custom,
+                operation="CREATE TABLE",
+                actions=tuple(creation_actions(request.schema, request.partition_by)),
+                files=tuple(request.files),
+                data_change=request.data_change,
+            ),
+        )
+    return Attempt(
+        DELTA_RS,
+        0,
+        DeltaRsCommit(
+            fence=request.fence,
+            custom=custom,
+            schema=Schema.from_arrow(request.schema),
+            partition_by=tuple(request.partition_by),
+            actions=tuple(add_action(f, data_change=request.data_change) for f in request.files),
+        ),
+    )
+
+
+def _on_version(
+    location: str, table: DeltaTable, request: CommitRequest, custom: Mapping[str, Any]
+) -> Attempt[Any]:
+    """The entry of ``request`` on top of the loaded version ``table``."""
+    schema_json = Schema.from_arrow(request.schema).to_json()
+    replaced = request.replace_schema and column_types(table.schema().to_json()) != column_types(
+        schema_json
+    )
+    added = [] if request.replace_schema else added_columns(table, location, request.schema)
+    if list(request.partition_by) != list(table.metadata().partition_columns):
+        raise InvalidWriteOptionError(
+            table=location,
+            option="partition_by",
+            reason=f"{list(request.partition_by)} differs from the table's partition columns "
+            f"{table.metadata().partition_columns}; Delta cannot repartition a table in "
+            "place: keep its partition columns, or write the new layout to a new table",
+        )
+    version = table.version()
+    if added or replaced or request.deletes or (request.removes and has_deletion_vectors(table)):
+        gone = (
+            list(active_adds(location, version)) if request.mode == "overwrite" else request.removes
+        )
+        actions = (
+            [evolved_metadata(table, added)] * bool(added)
+            + [metadata_action(table, json.loads(schema_json))] * replaced
+            + file_actions(
+                location, version, gone, request.deletes, data_change=request.data_change
+            )
+        )
+        entry = JsonCommit(
+            fence=request.fence,
+            custom=custom,
+            operation="MERGE" if request.deletes else "WRITE",
+            actions=tuple(actions),
+            files=tuple(request.files),
+            data_change=request.data_change,
+        )
+        return Attempt(JSON_LOG, version + 1, entry)
+    file_changes: list[AddAction | RemoveAction] = [
+        *(add_action(f, data_change=request.data_change) for f in request.files),
+        *remove_actions(table, location, request.removes, data_change=request.data_change),
+    ]
+    return Attempt(
+        DELTA_RS,
+        version + 1,
+        DeltaRsCommit(
+            fence=request.fence,
+            custom=custom,
+            schema=table.schema(),
+            partition_by=tuple(request.partition_by),
+            actions=tuple(file_changes),
+            mode=request.mode,
+            table=table,
+        ),
+    )
+
+
+__all__ = [
+    "MAX_COMMIT_ROUNDS",
+    "Attempt",
+    "CommitMode",
+    "CommitRequest",
+    "DeletedRows",
+    "Done",
+    "FenceRule",
+    "Plan",
+    "checkpointed",
+    "claim_table",
+    "commit_files",
+    "run_commit",
+]
