@@ -25,7 +25,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from etl.delta.dv import DeletionVector
-from etl.delta.layout import filesystem
+from etl.delta.layout import filesystem, normalize_location
 from etl.errors import DeltaIOError
 from etl.storage import is_local, put_if_absent
 
@@ -86,6 +86,25 @@ def log_entry(fs: pafs.FileSystem, root: str, version: int) -> LogEntry:
                 files.append((kind, unquote(body["path"]), _dv_file(body)))
                 data_change = data_change or body.get("dataChange", True) is not False
     return LogEntry(tuple(files), not data_change and not other)
+
+
+def same_rows_version(location: str, version: int) -> int:
+    """The newest version from ``version`` on reached through commits that changed no row
+    (compaction, a job's claim): it reads the same rows as ``version``, from fewer files.
+
+    Vacuum keeps these versions whenever it keeps ``version`` (:func:`etl.delta.maintenance.referenced_files`),
+    so a reader protected at ``version`` may read them instead.
+    """
+    location = normalize_location(location)
+    fs, root = filesystem(location)
+    while True:
+        try:
+            entry = log_entry(fs, root, version + 1)
+        except FileNotFoundError:
+            return version
+        if not entry.same_rows:
+            return version
+        version += 1
 
 
 def _dv_file(body: Mapping) -> str | None:
@@ -280,4 +299,5 @@ __all__ = [
     "log_entry",
     "log_versions",
     "read_actions",
+    "same_rows_version",
 ]

@@ -60,25 +60,6 @@ class Referenced:
     latest_version: int = -1
 
 
-def same_rows_version(location: str, version: int) -> int:
-    """The newest version from ``version`` on reached through commits that changed no row
-    (compaction, a job's claim): it reads the same rows as ``version``, from fewer files.
-
-    Vacuum keeps these versions whenever it keeps ``version`` (:func:`referenced_files`),
-    so a reader protected at ``version`` may read them instead.
-    """
-    location = normalize_location(location)
-    fs, root = filesystem(location)
-    while True:
-        try:
-            entry = log_entry(fs, root, version + 1)
-        except FileNotFoundError:
-            return version
-        if not entry.same_rows:
-            return version
-        version += 1
-
-
 def referenced_files(location: str, keep_versions: Iterable[int], *, keep_from: int) -> Referenced:
     """The files active at any version in ``keep_versions``, at any version from
     ``keep_from`` on (the latest sealed state and everything after it: batches in flight),
@@ -446,7 +427,6 @@ __all__ = [
     "plan_compaction",
     "referenced_files",
     "rewrite_small_files",
-    "same_rows_version",
     "staging_dirs",
     "stored_files",
 ]

@@ -40,7 +40,7 @@ from etl.delta import (
     table_version,
 )
 from etl.delta.layout import normalize_location
-from etl.delta.maintenance import same_rows_version
+from etl.delta.logfile import same_rows_version
 from etl.engine.audit import audit
 from etl.engine.commit import (
     BatchWrite,

@@ -224,7 +224,7 @@ class SnapshotReader:
         if version is None:
             return None
         if name not in self._read_at:
-            from etl.delta.maintenance import same_rows_version
+            from etl.delta.logfile import same_rows_version
 
             self._read_at[name] = same_rows_version(self._locations[name], version)
         return self._read_at[name]

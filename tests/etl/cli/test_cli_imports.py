@@ -1,8 +1,8 @@
 """What a command imports (issue 28, item 5): ``etl --version`` and ``etl --help`` import
 no catalog and no engine, ``etl snapshot`` of named tables no sqlglot, DuckDB, Arrow
 (pyarrow, numpy) or delta-rs, and neither it nor ``etl sql`` on DuckDB imports PySpark,
-Great Expectations, Kafka, pandas, Polars or (on a SQLite catalog) the PostgreSQL
-driver. Pinned by the modules a real run of the command leaves in ``sys.modules``, not
+Great Expectations, Kafka, pandas, Polars, (on a SQLite catalog) the PostgreSQL
+driver or the Delta write path. Pinned by the modules a real run of the command leaves in ``sys.modules``, not
 by timing."""
 
 from __future__ import annotations
@@ -32,10 +32,26 @@ WATCHED = (
     "pyspark",
     "sqlalchemy",
     "sqlglot",
+    "etl.delta.commit",
+    "etl.delta.files",
+    "etl.delta.maintenance",
+    "etl.delta.merge",
 )
-NEVER_FOR_READS = {"great_expectations", "kafka", "pandas", "polars", "psycopg", "pyspark"}
+"""Top-level packages, and the modules of our Delta write path."""
+NEVER_FOR_READS = {
+    "great_expectations",
+    "kafka",
+    "pandas",
+    "polars",
+    "psycopg",
+    "pyspark",
+    "etl.delta.commit",
+    "etl.delta.files",
+    "etl.delta.maintenance",
+    "etl.delta.merge",
+}
 """What a read through DuckDB on a SQLite catalog never needs: Spark, the quality gates,
-Kafka, the DataFrame libraries, the PostgreSQL driver."""
+Kafka, the DataFrame libraries, the PostgreSQL driver, our Delta write path."""
 
 RUN_AND_LIST = """
 import json, sys
@@ -46,7 +62,8 @@ try:
 except SystemExit as exit:
     assert not exit.code, exit.code
 watched = set(json.loads(sys.stdin.read()))
-print("IMPORTED=" + json.dumps(sorted({m.split(".")[0] for m in sys.modules} & watched)))
+print("IMPORTED=" + json.dumps(sorted({m.split(".")[0] for m in sys.modules} & watched
+                                      | set(sys.modules) & watched)))
 """
 
 

@@ -30,14 +30,13 @@ from etl.delta import (
 )
 from etl.delta.dv import read_rows
 from etl.delta.layout import filesystem
-from etl.delta.logfile import commit_actions
+from etl.delta.logfile import commit_actions, same_rows_version
 from etl.delta.maintenance import (
     commit_rewrite,
     delete_paths,
     plan_compaction,
     referenced_files,
     rewrite_small_files,
-    same_rows_version,
     stored_files,
 )
 from etl.errors import CommitConflictError
