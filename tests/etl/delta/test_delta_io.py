@@ -207,7 +207,7 @@ def test_file_statistics_follow_the_delta_protocol(spark, tmp_path, collect):
     assert actions[0]["num_records"] == 3
 
 
-def teststring_upper_bound_is_above_every_string_with_the_prefix():
+def test_string_upper_bound_is_above_every_string_with_the_prefix():
     assert string_upper_bound("a" * 40) == "a" * 31 + "b"
     assert string_upper_bound("a" * 31 + "\U0010ffff" + "x") == "a" * 30 + "b"
     assert string_upper_bound("a" * 31 + "\ud7ff" + "x") == "a" * 31 + "\ue000"
