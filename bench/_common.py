@@ -123,6 +123,43 @@ class StatementCounter:
         event.remove(Engine, "before_cursor_execute", self._on_execute)
 
 
+def sample_orders(spark, rows: int):
+    """``rows`` rows of an order-like frame (id, name, amount, ts, _epoch 1), cached and
+    counted: what the write benches write."""
+    from pyspark.sql import functions as F
+
+    df = (
+        spark.range(rows)
+        .select(
+            F.col("id"),
+            F.concat(F.lit("customer-"), (F.col("id") % 997).cast("string")).alias("name"),
+            (F.col("id") * 0.37).alias("amount"),
+            F.timestamp_micros(F.lit(1_700_000_000_000_000) + F.col("id") * 1000).alias("ts"),
+            F.lit(1).cast("long").alias("_epoch"),
+        )
+        .cache()
+    )
+    df.count()
+    return df
+
+
+def append_epoch(df, location: str, schema) -> int:
+    """One append epoch as the engine writes it: the files from Spark, one fenced commit."""
+    from etl.delta import CommitRequest, Fence, commit_files, write_files
+
+    files = write_files(df, location, file_prefix="1-1-0")
+    return commit_files(
+        location,
+        CommitRequest(
+            files,
+            schema=schema,
+            mode="append",
+            fence=Fence("bench", generation=1),
+            metadata={"delta_barrier.epoch": 1},
+        ),
+    )
+
+
 def spark_job_count(spark) -> int:
     """How many Spark jobs the application has run so far (bounded by
     spark.ui.retainedJobs, 1000 by default: take differences over short spans)."""

@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from bench._common import append_epoch, sample_orders
+
 SIZES = (10_000, 1_000_000)
 RUNS = 5
 TARGET_RATIO = 1.25
@@ -41,10 +43,8 @@ def _median_seconds(actions: Mapping[str, Callable[[int], None]], runs: int) -> 
 
 
 def main() -> None:
-    from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from etl.delta import CommitRequest, Fence, commit_files, write_files
     from etl.spark import build_spark
 
     spark = build_spark(app_name="epoch-overhead-bench", conf={"spark.ui.enabled": "false"})
@@ -52,20 +52,7 @@ def main() -> None:
     print(f"{'rows':>10} {'parquet s':>10} {'epoch s':>10} {'ratio':>7}")
     try:
         for rows in SIZES:
-            df = (
-                spark.range(rows)
-                .select(
-                    F.col("id"),
-                    F.concat(F.lit("customer-"), (F.col("id") % 997).cast("string")).alias("name"),
-                    (F.col("id") * 0.37).alias("amount"),
-                    F.timestamp_micros(F.lit(1_700_000_000_000_000) + F.col("id") * 1000).alias(
-                        "ts"
-                    ),
-                    F.lit(1).cast("long").alias("_epoch"),
-                )
-                .cache()
-            )
-            df.count()
+            df = sample_orders(spark, rows)
             schema = to_arrow_schema(df.schema, timezone="UTC")
 
             def plain(run: int, df=df, rows=rows) -> None:
@@ -74,17 +61,7 @@ def main() -> None:
             def epoch(run: int, df=df, rows=rows, schema=schema) -> None:
                 location = workdir / f"delta-{rows}-{run + 1}"
                 shutil.rmtree(location, ignore_errors=True)
-                files = write_files(df, str(location), file_prefix="1-1-0")
-                commit_files(
-                    str(location),
-                    CommitRequest(
-                        files,
-                        schema=schema,
-                        mode="append",
-                        fence=Fence("bench", generation=1),
-                        metadata={"delta_barrier.epoch": 1},
-                    ),
-                )
+                append_epoch(df, str(location), schema)
 
             medians = _median_seconds({"plain": plain, "epoch": epoch}, RUNS)
             plain_s, epoch_s = medians["plain"], medians["epoch"]

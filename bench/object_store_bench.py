@@ -20,7 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench._common import env_int, load_average, median, start_s3_server
+from bench._common import (
+    append_epoch,
+    env_int,
+    load_average,
+    median,
+    sample_orders,
+    start_s3_server,
+)
 
 TARGET_RATIO = 1.5
 
@@ -29,42 +36,19 @@ def main() -> None:
     rows = env_int("DB_BENCH_ROWS", 1_000_000)
     runs = env_int("DB_BENCH_RUNS", 3)
     moto = start_s3_server("bench-warehouse")
-    from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from etl.delta import CommitRequest, Fence, commit_files, write_files
     from etl.spark import build_spark
 
     spark = build_spark(app_name="object-store-bench", conf={"spark.ui.enabled": "false"})
     workdir = Path(tempfile.mkdtemp(prefix="object-store-bench-"))
     try:
-        df = (
-            spark.range(rows)
-            .select(
-                F.col("id"),
-                F.concat(F.lit("customer-"), (F.col("id") % 997).cast("string")).alias("name"),
-                (F.col("id") * 0.37).alias("amount"),
-                F.timestamp_micros(F.lit(1_700_000_000_000_000) + F.col("id") * 1000).alias("ts"),
-                F.lit(1).cast("long").alias("_epoch"),
-            )
-            .cache()
-        )
-        df.count()
+        df = sample_orders(spark, rows)
         schema = to_arrow_schema(df.schema, timezone="UTC")
 
         def epoch(location: str) -> float:
             start = time.perf_counter()
-            files = write_files(df, location, file_prefix="1-1-0")
-            commit_files(
-                location,
-                CommitRequest(
-                    files,
-                    schema=schema,
-                    mode="append",
-                    fence=Fence("bench", generation=1),
-                    metadata={"delta_barrier.epoch": 1},
-                ),
-            )
+            append_epoch(df, location, schema)
             return time.perf_counter() - start
 
         epoch(str(workdir / "warm-local"))
