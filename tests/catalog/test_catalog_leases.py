@@ -204,7 +204,6 @@ def test_a_process_frozen_inside_a_catalog_transaction_does_not_block_postgresql
     postgres_url, monkeypatch
 ):
     import threading
-    import time
 
     import catalog.dialect
     import catalog.sql
@@ -213,24 +212,28 @@ def test_a_process_frozen_inside_a_catalog_transaction_does_not_block_postgresql
     frozen = catalog.sql.SqlCatalog(postgres_url)
     other = catalog.sql.SqlCatalog(postgres_url)
     holding = threading.Event()
-    outcome: dict[str, BaseException] = {}
+    other_went_on = threading.Event()
+    outcome: dict[str, object] = {}
 
     def freeze() -> None:
         try:
             with frozen._write():  # holds the catalog's write lock, then stops responding
                 holding.set()
-                time.sleep(4)
+                # Frozen until the other process got through (or a minute, if it never does).
+                outcome["woken_by_other"] = other_went_on.wait(60)
         except BaseException as exc:  # noqa: BLE001 - the test inspects it
             outcome["error"] = exc
 
     thread = threading.Thread(target=freeze)
     thread.start()
     assert holding.wait(10)
-    started = time.monotonic()
     other.open_epoch()  # waits for the write lock: granted once the server ends the frozen one
-    assert time.monotonic() - started < 3.5
+    other_went_on.set()
     thread.join()
-    assert "error" in outcome  # the frozen process finds its transaction gone when it wakes
+    # The other process got the lock while the frozen one still slept inside its transaction,
+    # which it then finds gone when it wakes.
+    assert outcome["woken_by_other"] is True
+    assert "error" in outcome
     frozen.close()
     other.close()
 

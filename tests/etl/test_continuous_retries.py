@@ -63,14 +63,12 @@ def test_a_transient_failure_heals_and_spent_retries_end_the_run(tmp_path: Path,
     marker.write_text("fail once")
     file = tmp_path / "heal.py"
     file.write_text(CHAIN)
-    started = time.monotonic()
     result = etl_here(
         "run", file, "--continuous", "--epoch-interval", "1", "--max-epochs", "500",
         "--retries", "2", "--retry-backoff", "0.1",
         "--param", f"dir={drops}", "--param", f"marker={marker}",
         cwd=tmp_path,
     )  # fmt: skip
-    elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stderr
     assert not marker.exists()  # flaky failed once
     assert (
@@ -83,10 +81,9 @@ def test_a_transient_failure_heals_and_spent_retries_end_the_run(tmp_path: Path,
     # At the epoch of its last retry: a retried batch takes in the epochs opened meanwhile.
     assert re.search(r"job 'broken' failed in its transform at epoch \d+: ", spent[0]), spent
     assert "permanent trouble" in spent[0]
-    # It gave up: it did not go on opening epochs until --max-epochs.
-    assert elapsed < 400, elapsed
-
     catalog = load_catalog(None, warehouse=tmp_path / "warehouse")
+    # It gave up: it did not go on opening epochs until --max-epochs.
+    assert catalog.latest_epoch().id < 100, catalog.latest_epoch()
     assert len(catalog.failures(job="flaky")) == 1
     assert len(catalog.failures(job="broken")) == 3  # the first attempt and two retries
     epochs = catalog.epochs()

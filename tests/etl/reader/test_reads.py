@@ -285,10 +285,8 @@ NO_JAVA = {"JAVA_HOME": "/nonexistent-java", "PATH": "/usr/bin:/bin"}
 def test_etl_sql_on_duckdb_starts_no_spark_and_matches_spark(wordcount):
     query = "SELECT c.cnt, n.words, count(*) AS w FROM words w JOIN word_counts c USING (word) JOIN cnt_counts n USING (cnt) GROUP BY c.cnt, n.words"
     common = ("sql", query, "--warehouse", wordcount.warehouse, "--format", "json")
-    started = time.monotonic()
     duck = etl(*common, cwd=wordcount.root, **NO_JAVA)
     assert duck.returncode == 0, duck.stderr
-    assert time.monotonic() - started < 30
     sparked = etl(*common, "--engine", "spark", cwd=wordcount.root)
     assert sparked.returncode == 0, sparked.stderr
     assert sorted(json.loads(duck.stdout), key=repr) == sorted(json.loads(sparked.stdout), key=repr)
