@@ -161,6 +161,25 @@ class SealRequest:
 
 
 @dataclass(frozen=True)
+class JobProgress:
+    """How far a job's output is, and what its next batches may run over: what planning
+    them reads (:meth:`catalog.states.base.StateStore.job_progress`)."""
+
+    done_through: int
+    """The newest epoch the output has WRITTEN; before its first seal, the epoch before
+    the output's first epoch."""
+    issued: tuple[int, ...]
+    """The epochs of the output's pipeline issued after ``done_through``, oldest first."""
+    states: Mapping[str, tuple[TableEpoch, ...]]
+    """Per table asked for (the output and the inputs), its states at epochs after
+    ``done_through`` up to the newest of ``issued``, oldest first (a table without one
+    maps to ``()``)."""
+    recorded_slices: tuple[int, ...] = ()
+    """The epochs after ``done_through`` up to the newest of ``issued`` that the job's
+    source has a slice recorded for."""
+
+
+@dataclass(frozen=True)
 class CommitManifest:
     """Epoch T is COMMIT: every table of the pipeline has T WRITTEN at these versions."""
 

@@ -8,9 +8,16 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from catalog.errors import EpochStateError
-from catalog.models import CommitManifest, SealRequest
-from catalog.schema import commits_table, epoch_history_table, epochs_table, table_epochs_table
+from catalog.errors import EpochStateError, UnknownTableError
+from catalog.models import CommitManifest, JobProgress, SealRequest
+from catalog.schema import (
+    commits_table,
+    epoch_history_table,
+    epochs_table,
+    source_slices_table,
+    table_epochs_table,
+    tables_table,
+)
 from catalog.states.base import StateStore
 from catalog.store import SqlStore
 from consistency.records import EpochState, TableEpoch
@@ -330,6 +337,60 @@ class SqlStateStore(SqlStore, StateStore):
             rows = self._latest_rows(conn, "processed", tables)
         return {row.table_name: self._table_epoch(row) for row in rows}
 
+    def job_progress(
+        self, output: str, *, inputs: Iterable[str] = (), source: str | None = None
+    ) -> JobProgress:
+        t, te, e, ss = tables_table, table_epochs_table, epochs_table, source_slices_table
+        names = list(dict.fromkeys([output, *inputs]))
+        # One backward descent of ix_table_epochs_state, as in latest_written.
+        written = (
+            sa.select(sa.func.max(te.c.epoch))
+            .where(te.c.table_name == t.c.name, te.c.state == EpochState.WRITTEN.value)
+            .scalar_subquery()
+        )
+        states: dict[str, list[TableEpoch]] = {name: [] for name in names}
+        recorded: tuple[int, ...] = ()
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(t.c.pipeline, t.c.first_epoch, written.label("written")).where(
+                    t.c.name == output
+                )
+            ).first()
+            if row is None:
+                raise UnknownTableError(output)
+            done = row.first_epoch - 1 if row.written is None else row.written
+            issued = tuple(
+                conn.execute(
+                    sa.select(e.c.id)
+                    .where(e.c.pipeline == row.pipeline, e.c.id > done)
+                    .order_by(e.c.id)
+                ).scalars()
+            )
+            if issued:
+                rows = conn.execute(
+                    sa.select(te)
+                    .where(te.c.table_name.in_(names), te.c.epoch > done, te.c.epoch <= issued[-1])
+                    .order_by(te.c.epoch)
+                )
+                for state in rows:
+                    states[state.table_name].append(self._table_epoch(state))
+                if source is not None:
+                    recorded = tuple(
+                        conn.execute(
+                            sa.select(ss.c.epoch)
+                            .where(
+                                ss.c.source == source, ss.c.epoch > done, ss.c.epoch <= issued[-1]
+                            )
+                            .order_by(ss.c.epoch)
+                        ).scalars()
+                    )
+        return JobProgress(
+            done_through=done,
+            issued=issued,
+            states={name: tuple(found) for name, found in states.items()},
+            recorded_slices=recorded,
+        )
+
     def get_commit(self, epoch: int) -> CommitManifest | None:
         with self._read() as conn:
             row = conn.execute(
@@ -351,15 +412,13 @@ class SqlStateStore(SqlStore, StateStore):
         if not names:
             return 0
         te, h = table_epochs_table, epoch_history_table
-        with self._read(snapshot=True) as conn:
-            current = conn.execute(
-                sa.select(sa.func.max(te.c.attempt)).where(
-                    te.c.table_name.in_(names), te.c.epoch == epoch
-                )
-            ).scalar_one_or_none()
-            history = conn.execute(
-                sa.select(sa.func.max(h.c.attempt)).where(
-                    h.c.table_name.in_(names), h.c.epoch == epoch
-                )
-            ).scalar_one_or_none()
-        return max(current or 0, history or 0)
+        # One statement (one consistent read, one round trip): the current states and the
+        # history together.
+        attempts = sa.union_all(
+            sa.select(te.c.attempt).where(te.c.table_name.in_(names), te.c.epoch == epoch),
+            sa.select(h.c.attempt).where(h.c.table_name.in_(names), h.c.epoch == epoch),
+        ).subquery()
+        with self._read() as conn:
+            return conn.execute(
+                sa.select(sa.func.coalesce(sa.func.max(attempts.c.attempt), 0))
+            ).scalar_one()
