@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from catalog.errors import InvalidNameError
+from catalog.errors import InvalidNameError, StaleLeaseError
 from consistency.records import PIPELINE_DEFAULT, Epoch, TableEpoch
 
 FAILURE_MESSAGE_MAX_CHARS = 1000
@@ -199,6 +199,15 @@ class Lease:
     expires_at: datetime
     acquired_at: datetime | None = None
     """When this generation of the lease was taken."""
+
+
+@dataclass(frozen=True)
+class RenewedLeases:
+    """What renewing several leases in one transaction did, by job."""
+
+    renewed: Mapping[str, Lease] = field(default_factory=dict)
+    lost: Mapping[str, StaleLeaseError] = field(default_factory=dict)
+    """Leases taken over (or gone) meanwhile: not renewed, each with why."""
 
 
 @dataclass(frozen=True)
