@@ -3,25 +3,45 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from catalog.errors import EpochStateError, UnknownTableError
+from catalog.errors import (
+    EpochStateError,
+    StaleLeaseError,
+    UnknownEpochError,
+    UnknownTableError,
+)
 from catalog.models import CommitManifest, JobProgress, SealRequest
 from catalog.schema import (
     commits_table,
     epoch_history_table,
     epochs_table,
+    leases_table,
     source_slices_table,
     table_epochs_table,
     tables_table,
 )
 from catalog.states.base import StateStore
 from catalog.store import SqlStore
-from consistency.records import EpochState, TableEpoch
+from consistency.records import Epoch, EpochState, TableEpoch
 from consistency.states import check_seal, check_transition
+
+
+@dataclass(frozen=True)
+class _StateContext:
+    """What recording a state of one table at one epoch checks, as one statement read it."""
+
+    pipeline: str
+    """The table's pipeline."""
+    epoch: Epoch
+    latest_written: int | None
+    """The table's newest WRITTEN epoch."""
+    current: TableEpoch | None
+    """The table's state at the epoch."""
 
 
 class SqlStateStore(SqlStore, StateStore):
@@ -40,16 +60,12 @@ class SqlStateStore(SqlStore, StateStore):
     ) -> TableEpoch:
         requested = EpochState.PROCESSED
         with self._write() as conn:
-            self._check_lease(conn, job, generation)
-            table_row = self._check_writer(conn, table, epoch, job, requested)
-            self._check_epoch_pipeline(
-                self._epoch_row(conn, epoch), table_row.pipeline, table=table
-            )
-            current = self._state_row(conn, table, epoch)
+            context = self._context(conn, table, epoch, job, generation, requested)
+            current = context.current
             check_transition(
                 table,
                 epoch,
-                None if current is None else EpochState(current.state),
+                None if current is None else current.state,
                 requested,
                 attempt=attempt,
                 current_attempt=None if current is None else current.attempt,
@@ -74,24 +90,26 @@ class SqlStateStore(SqlStore, StateStore):
         self, job: str, generation: int, requests: Sequence[SealRequest]
     ) -> CommitManifest | None:
         with self._write() as conn:
-            self._check_lease(conn, job, generation)
+            if not requests:
+                self._check_lease(conn, job, generation)
             now = self._now(conn)
+            epochs: dict[int, Epoch] = {}
             for request in requests:
-                self._seal_one(conn, now, job, generation, request)
+                epochs[request.epoch] = self._seal_one(conn, now, job, generation, request)
             manifest = None
-            for epoch in sorted({request.epoch for request in requests}):
-                manifest = self._record_commit(conn, now, epoch) or manifest
+            for epoch in sorted(epochs):
+                manifest = self._record_commit(conn, now, epochs[epoch]) or manifest
             return manifest
 
     def _seal_one(
         self, conn: sa.Connection, now: datetime, job: str, generation: int, request: SealRequest
-    ) -> None:
+    ) -> Epoch:
+        """Seal one table's epoch; the epoch."""
         table, epoch = request.table, request.epoch
         written = EpochState.WRITTEN
-        table_row = self._check_writer(conn, table, epoch, job, written)
-        self._check_epoch_pipeline(self._epoch_row(conn, epoch), table_row.pipeline, table=table)
-        current = self._state_row(conn, table, epoch)
-        current_state = None if current is None else EpochState(current.state)
+        context = self._context(conn, table, epoch, job, generation, written)
+        current = context.current
+        current_state = None if current is None else current.state
         check_transition(
             table,
             epoch,
@@ -101,16 +119,15 @@ class SqlStateStore(SqlStore, StateStore):
             current_attempt=None if current is None else current.attempt,
         )
         first = epoch if request.first_epoch is None else request.first_epoch
-        latest = self._latest_rows(conn, "written", [table])
         check_seal(
             table,
             epoch,
             current_state,
             first_epoch=first,
-            latest_written=latest[0].epoch if latest else None,
+            latest_written=context.latest_written,
         )
         if first < epoch:
-            self._coalesce(conn, now, job, generation, request, first, table_row.pipeline)
+            self._coalesce(conn, now, job, generation, request, first, context.pipeline)
         self._set_state(
             conn,
             TableEpoch(
@@ -126,6 +143,7 @@ class SqlStateStore(SqlStore, StateStore):
             ),
             exists=current is not None,
         )
+        return context.epoch
 
     def _coalesce(
         self,
@@ -196,35 +214,71 @@ class SqlStateStore(SqlStore, StateStore):
     ) -> TableEpoch:
         requested = EpochState.ROLLED_BACK
         with self._write() as conn:
-            self._check_lease(conn, job, generation)
-            self._check_writer(conn, table, epoch, job, requested)
-            current = self._state_row(conn, table, epoch)
+            current = self._context(conn, table, epoch, job, generation, requested).current
             # Only a PROCESSED epoch can be rolled back.
-            check_transition(
-                table, epoch, None if current is None else EpochState(current.state), requested
-            )
+            check_transition(table, epoch, None if current is None else current.state, requested)
+            assert current is not None
             return self._set_state(
                 conn,
-                TableEpoch(
-                    table=table,
-                    epoch=epoch,
+                replace(
+                    current,
                     state=requested,
-                    delta_version=current.delta_version,
-                    job=job,
-                    attempt=current.attempt,
                     generation=generation,
-                    rows=current.rows,
+                    job=job,
                     reason=reason,
+                    coalesced_into=None,
                     updated_at=self._now(conn),
                 ),
                 exists=True,
             )
 
-    def _check_writer(
-        self, conn: sa.Connection, table: str, epoch: int, job: str, requested: EpochState
-    ) -> Any:
-        """The table's row, if ``job`` writes it; else EpochStateError."""
-        row = self._table_row(conn, table, job=job)
+    def _context(
+        self,
+        conn: sa.Connection,
+        table: str,
+        epoch: int,
+        job: str,
+        generation: int,
+        requested: EpochState,
+    ) -> _StateContext:
+        """What recording ``requested`` for ``table`` at ``epoch`` checks, read in one
+        statement, and checked in this order: the job's lease generation (StaleLeaseError:
+        zombie fencing), the table (UnknownTableError) and its writer (EpochStateError), the
+        epoch (UnknownEpochError) and its pipeline (ForeignEpochError)."""
+        t, te, e, le = tables_table, table_epochs_table, epochs_table, leases_table
+        x = te.alias("x")
+        lease = sa.select(le.c.generation).where(le.c.job == job).scalar_subquery()
+        written = (
+            sa.select(sa.func.max(x.c.epoch))
+            .where(x.c.table_name == t.c.name, x.c.state == EpochState.WRITTEN.value)
+            .scalar_subquery()
+        )
+        row = conn.execute(
+            sa.select(
+                lease.label("lease_generation"),
+                t.c.writer_job,
+                t.c.pipeline,
+                written.label("latest_written"),
+                e.c.id.label("epoch_id"),
+                e.c.barrier_ts.label("epoch_barrier_ts"),
+                e.c.created_at.label("epoch_created_at"),
+                e.c.pipeline.label("epoch_pipeline"),
+                *(c.label(f"state_{c.name}") for c in te.c),
+            )
+            .select_from(
+                t.outerjoin(e, e.c.id == epoch).outerjoin(
+                    te, sa.and_(te.c.table_name == t.c.name, te.c.epoch == epoch)
+                )
+            )
+            .where(t.c.name == table)
+        ).first()
+        if row is None:
+            self._check_lease(conn, job, generation)
+            raise UnknownTableError(table, job=job)
+        if row.lease_generation != generation:
+            raise StaleLeaseError(
+                job=job, generation=generation, current_generation=row.lease_generation
+            )
         if row.writer_job != job:
             raise EpochStateError(
                 table=table,
@@ -233,7 +287,22 @@ class SqlStateStore(SqlStore, StateStore):
                 requested=requested,
                 why=f"the table is written by job {row.writer_job!r}, not {job!r}",
             )
-        return row
+        if row.epoch_id is None:
+            raise UnknownEpochError(epoch)
+        known = Epoch(
+            id=row.epoch_id,
+            barrier_ts=row.epoch_barrier_ts,
+            created_at=row.epoch_created_at,
+            pipeline=row.epoch_pipeline,
+        )
+        self._check_epoch_pipeline(known, row.pipeline, table=table)
+        state = tuple(row[-len(te.c) :])
+        return _StateContext(
+            pipeline=row.pipeline,
+            epoch=known,
+            latest_written=row.latest_written,
+            current=None if state[0] is None else self._table_epoch(state),
+        )
 
     @staticmethod
     def _state_row(conn: sa.Connection, table: str, epoch: int) -> Any:
