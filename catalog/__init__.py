@@ -45,6 +45,7 @@ from catalog.errors import (
 from catalog.factory import load_catalog
 from catalog.models import (
     FAILURE_MESSAGE_MAX_CHARS,
+    AttemptFloor,
     CommitManifest,
     EpochExpiry,
     JobFailureRecord,
@@ -84,6 +85,7 @@ from consistency.timestamps import as_utc
 
 __all__ = [
     "as_utc",
+    "AttemptFloor",
     "FAILURE_MESSAGE_MAX_CHARS",
     "LEGAL_TRANSITIONS",
     "PIPELINE_DEFAULT",

@@ -180,6 +180,19 @@ class JobProgress:
 
 
 @dataclass(frozen=True)
+class AttemptFloor:
+    """What numbering a new attempt at an epoch reads of the catalog, in one read
+    (:meth:`catalog.states.base.StateStore.attempt_floor`)."""
+
+    max_attempt: int
+    """The highest attempt recorded at the epoch in the tables, history included (0 if
+    none)."""
+    latest_written: Mapping[str, TableEpoch] = field(default_factory=dict)
+    """Per table, its newest WRITTEN state (a table without one is absent): the Delta log
+    after its version may hold attempts the catalog never heard of."""
+
+
+@dataclass(frozen=True)
 class CommitManifest:
     """Epoch T is COMMIT: every table of the pipeline has T WRITTEN at these versions."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 
-from catalog.models import CommitManifest, JobProgress, SealRequest
+from catalog.models import AttemptFloor, CommitManifest, JobProgress, SealRequest
 from consistency.records import TableEpoch
 
 
@@ -108,6 +108,11 @@ class StateStore(ABC):
         Each statement sees at least what the ones before it saw (on PostgreSQL they need
         not see one snapshot): an epoch issued or sealed meanwhile is planned next time.
         """
+
+    @abstractmethod
+    def attempt_floor(self, tables: Iterable[str], epoch: int) -> AttemptFloor:
+        """:meth:`max_attempt` and :meth:`latest_written` of ``tables`` in one read: what
+        numbering a new attempt at ``epoch`` reads of the catalog."""
 
     @abstractmethod
     def get_commit(self, epoch: int) -> CommitManifest | None:

@@ -15,7 +15,7 @@ from catalog.errors import (
     UnknownEpochError,
     UnknownTableError,
 )
-from catalog.models import CommitManifest, JobProgress, SealRequest
+from catalog.models import AttemptFloor, CommitManifest, JobProgress, SealRequest
 from catalog.schema import (
     commits_table,
     epoch_history_table,
@@ -480,6 +480,23 @@ class SqlStateStore(SqlStore, StateStore):
         names = list(dict.fromkeys(tables))
         if not names:
             return 0
+        with self._read() as conn:
+            return self._max_attempt(conn, names, epoch)
+
+    def attempt_floor(self, tables: Iterable[str], epoch: int) -> AttemptFloor:
+        names = list(dict.fromkeys(tables))
+        if not names:
+            return AttemptFloor(max_attempt=0)
+        with self._read() as conn:
+            attempt = self._max_attempt(conn, names, epoch)
+            rows = self._latest_rows(conn, "written", names)
+        return AttemptFloor(
+            max_attempt=attempt,
+            latest_written={row.table_name: self._table_epoch(row) for row in rows},
+        )
+
+    @staticmethod
+    def _max_attempt(conn: sa.Connection, names: list[str], epoch: int) -> int:
         te, h = table_epochs_table, epoch_history_table
         # One statement (one consistent read, one round trip): the current states and the
         # history together.
@@ -487,7 +504,6 @@ class SqlStateStore(SqlStore, StateStore):
             sa.select(te.c.attempt).where(te.c.table_name.in_(names), te.c.epoch == epoch),
             sa.select(h.c.attempt).where(h.c.table_name.in_(names), h.c.epoch == epoch),
         ).subquery()
-        with self._read() as conn:
-            return conn.execute(
-                sa.select(sa.func.coalesce(sa.func.max(attempts.c.attempt), 0))
-            ).scalar_one()
+        return conn.execute(
+            sa.select(sa.func.coalesce(sa.func.max(attempts.c.attempt), 0))
+        ).scalar_one()
