@@ -329,9 +329,9 @@ class LeaseKeeper:
             log.warning("could not renew the leases of jobs %s: %s", jobs, exc)
             return
         with self._lock:
-            for job, exc in result.lost.items():
-                log.error("lost the lease of job %s: %s", job, exc)
-                self._lost[job] = str(exc)
+            for job, stale in result.lost.items():
+                log.error("lost the lease of job %s: %s", job, stale)
+                self._lost[job] = str(stale)
             for lease in leases:
                 renewed = result.renewed.get(lease.job)
                 if renewed is not None and self._leases.get(lease.job) == lease:
