@@ -45,15 +45,18 @@ from catalog.errors import (
 from catalog.factory import load_catalog
 from catalog.models import (
     FAILURE_MESSAGE_MAX_CHARS,
+    AttemptFloor,
     CommitManifest,
     EpochExpiry,
     JobFailureRecord,
     JobInfo,
+    JobProgress,
     JobSpec,
     Lease,
     LineageEdge,
     Pin,
     PipelineInfo,
+    RenewedLeases,
     Resolution,
     ResolutionAction,
     RetiredPipeline,
@@ -82,6 +85,7 @@ from consistency.timestamps import as_utc
 
 __all__ = [
     "as_utc",
+    "AttemptFloor",
     "FAILURE_MESSAGE_MAX_CHARS",
     "LEGAL_TRANSITIONS",
     "PIPELINE_DEFAULT",
@@ -105,6 +109,7 @@ __all__ = [
     "InvalidRetentionPolicyError",
     "JobFailureRecord",
     "JobInfo",
+    "JobProgress",
     "JobSpec",
     "Lease",
     "LeaseError",
@@ -118,6 +123,7 @@ __all__ = [
     "RetiredPipeline",
     "PipelineMismatchError",
     "RegistrationError",
+    "RenewedLeases",
     "Resolution",
     "ResolutionAction",
     "RetentionError",

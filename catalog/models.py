@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from catalog.errors import InvalidNameError
+from catalog.errors import InvalidNameError, StaleLeaseError
 from consistency.records import PIPELINE_DEFAULT, Epoch, TableEpoch
 
 FAILURE_MESSAGE_MAX_CHARS = 1000
@@ -161,6 +161,38 @@ class SealRequest:
 
 
 @dataclass(frozen=True)
+class JobProgress:
+    """How far a job's output is, and what its next batches may run over: what planning
+    them reads (:meth:`catalog.states.base.StateStore.job_progress`)."""
+
+    done_through: int
+    """The newest epoch the output has WRITTEN; before its first seal, the epoch before
+    the output's first epoch."""
+    issued: tuple[int, ...]
+    """The epochs of the output's pipeline issued after ``done_through``, oldest first."""
+    states: Mapping[str, tuple[TableEpoch, ...]]
+    """Per table asked for (the output and the inputs), its states at epochs after
+    ``done_through`` up to the newest of ``issued``, oldest first (a table without one
+    maps to ``()``)."""
+    recorded_slices: tuple[int, ...] = ()
+    """The epochs after ``done_through`` up to the newest of ``issued`` that the job's
+    source has a slice recorded for."""
+
+
+@dataclass(frozen=True)
+class AttemptFloor:
+    """What numbering a new attempt at an epoch reads of the catalog, in one read
+    (:meth:`catalog.states.base.StateStore.attempt_floor`)."""
+
+    max_attempt: int
+    """The highest attempt recorded at the epoch in the tables, history included (0 if
+    none)."""
+    latest_written: Mapping[str, TableEpoch] = field(default_factory=dict)
+    """Per table, its newest WRITTEN state (a table without one is absent): the Delta log
+    after its version may hold attempts the catalog never heard of."""
+
+
+@dataclass(frozen=True)
 class CommitManifest:
     """Epoch T is COMMIT: every table of the pipeline has T WRITTEN at these versions."""
 
@@ -180,6 +212,15 @@ class Lease:
     expires_at: datetime
     acquired_at: datetime | None = None
     """When this generation of the lease was taken."""
+
+
+@dataclass(frozen=True)
+class RenewedLeases:
+    """What renewing several leases in one transaction did, by job."""
+
+    renewed: Mapping[str, Lease] = field(default_factory=dict)
+    lost: Mapping[str, StaleLeaseError] = field(default_factory=dict)
+    """Leases taken over (or gone) meanwhile: not renewed, each with why."""
 
 
 @dataclass(frozen=True)

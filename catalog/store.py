@@ -204,18 +204,20 @@ class SqlStore:
             )
 
     def _record_commit(
-        self, conn: sa.Connection, now: datetime, epoch: int
+        self, conn: sa.Connection, now: datetime, epoch_row: Epoch
     ) -> CommitManifest | None:
-        """Record ``epoch`` COMMIT if every active table of its pipeline responsible for it
-        has it WRITTEN."""
-        if conn.execute(
-            sa.select(commits_table.c.epoch).where(commits_table.c.epoch == epoch)
-        ).first():
-            return None
-        epoch_row = self._epoch_row(conn, epoch)
-        t, te = tables_table, table_epochs_table
+        """Record epoch ``epoch_row`` COMMIT if every active table of its pipeline
+        responsible for it has it WRITTEN (and it is not recorded yet)."""
+        epoch = epoch_row.id
+        t, te, c = tables_table, table_epochs_table, commits_table
+        # One statement: the tables' states, and whether the COMMIT is recorded already.
         rows = conn.execute(
-            sa.select(t.c.name, te.c.state, te.c.delta_version)
+            sa.select(
+                t.c.name,
+                te.c.state,
+                te.c.delta_version,
+                sa.exists().where(c.c.epoch == epoch).label("committed"),
+            )
             .select_from(t.outerjoin(te, sa.and_(te.c.table_name == t.c.name, te.c.epoch == epoch)))
             .where(
                 t.c.pipeline == epoch_row.pipeline,
@@ -223,6 +225,8 @@ class SqlStore:
                 t.c.first_epoch <= epoch,
             )
         ).all()
+        if rows and rows[0].committed:
+            return None
         states = {row.name: None if row.state is None else EpochState(row.state) for row in rows}
         if global_state(states) != "COMMIT":
             return None

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
-from catalog import Catalog, CatalogError, Lease, LeaseHeldError, StaleLeaseError
+from catalog import Catalog, CatalogError, Lease, LeaseHeldError
 from etl.errors import InternalError, LeaseLostError, PipelineBusyError
 
 if TYPE_CHECKING:
@@ -223,16 +223,29 @@ class LeaseKeeper:
 
     def acquire(self, jobs: Iterable[str]) -> None:
         """Take every job's lease (all or none: LeaseHeldError releases those taken)."""
+        wanted = list(jobs)
         try:
-            for job in jobs:
-                lease = self._acquire(job)
-                with self._lock:
-                    self._leases[job] = lease
-                    self._lost.pop(job, None)
+            try:
+                for lease in self.catalog.acquire_leases(
+                    wanted, self.owner, ttl_seconds=self.ttl_seconds
+                ):
+                    self._hold(lease)
+            except LeaseHeldError as exc:
+                if owner_state(exc.owner) != "dead":
+                    raise
+                # A dead run of this host holds one: nothing was taken; take them one by
+                # one, taking that one over.
+                for job in wanted:
+                    self._hold(self._acquire(job))
         except BaseException:
             self.release()
             raise
         self._start()
+
+    def _hold(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases[lease.job] = lease
+            self._lost.pop(lease.job, None)
 
     def _acquire(self, job: str) -> Lease:
         """Take the lease; a live-looking lease of a dead owner on this host is taken over."""
@@ -257,10 +270,7 @@ class LeaseKeeper:
 
     def take(self, job: str) -> None:
         """Take one more job's lease; LeaseHeldError leaves the leases held as they are."""
-        lease = self._acquire(job)
-        with self._lock:
-            self._leases[job] = lease
-            self._lost.pop(job, None)
+        self._hold(self._acquire(job))
         self._start()
 
     def give_up(self, job: str) -> None:
@@ -301,30 +311,30 @@ class LeaseKeeper:
             leases = list(self._leases.values())
             self._leases.clear()
             self._lost.clear()
-        for lease in leases:
-            try:
-                self.catalog.release_lease(lease)
-            except CatalogError as exc:  # the lease lapses by itself
-                log.warning("could not release the lease of job %s: %s", lease.job, exc)
+        try:
+            self.catalog.release_leases(leases)
+        except CatalogError as exc:  # the leases lapse by themselves
+            jobs = ", ".join(lease.job for lease in leases)
+            log.warning("could not release the leases of jobs %s: %s", jobs, exc)
 
     def renew_all(self) -> None:
         """Renew every lease held now (the background thread calls this)."""
         with self._lock:
             leases = [lease for job, lease in self._leases.items() if job not in self._lost]
-        for lease in leases:
-            try:
-                renewed = self.catalog.renew_lease(lease, ttl_seconds=self.ttl_seconds)
-            except StaleLeaseError as exc:
-                log.error("lost the lease of job %s: %s", lease.job, exc)
-                with self._lock:
-                    self._lost[lease.job] = str(exc)
-                continue
-            except CatalogError as exc:
-                # The catalog may be back before the lease lapses; if not, the job is fenced.
-                log.warning("could not renew the lease of job %s: %s", lease.job, exc)
-                continue
-            with self._lock:
-                if self._leases.get(lease.job) == lease:
+        try:
+            result = self.catalog.renew_leases(leases, ttl_seconds=self.ttl_seconds)
+        except CatalogError as exc:
+            # The catalog may be back before the leases lapse; if not, the jobs are fenced.
+            jobs = ", ".join(lease.job for lease in leases)
+            log.warning("could not renew the leases of jobs %s: %s", jobs, exc)
+            return
+        with self._lock:
+            for job, stale in result.lost.items():
+                log.error("lost the lease of job %s: %s", job, stale)
+                self._lost[job] = str(stale)
+            for lease in leases:
+                renewed = result.renewed.get(lease.job)
+                if renewed is not None and self._leases.get(lease.job) == lease:
                     self._leases[lease.job] = renewed
 
     def _generation(self, job: str) -> int:

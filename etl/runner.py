@@ -368,19 +368,12 @@ class Runner:
     def open_epoch(self, barrier_ts: datetime | None = None) -> Epoch:
         return self.catalog.open_epoch(barrier_ts, pipeline=self.catalog_pipeline)
 
-    def _done_through(self, job: Job) -> int:
-        sealed = self.catalog.latest_written([job.output]).get(job.output)
-        if sealed is not None:
-            return sealed.epoch
-        return self.catalog.get_table(job.output).first_epoch - 1
-
     def remaining(self) -> dict[str, int]:
         """Per job, how many of the pipeline's opened epochs it has not sealed yet."""
-        left = {}
-        for job in self.pipeline.ordered_jobs():
-            done = self._done_through(job)
-            left[job.name] = len(self.catalog.epochs(after=done, pipeline=self.catalog_pipeline))
-        return left
+        return {
+            job.name: len(self.catalog.job_progress(job.output).issued)
+            for job in self.pipeline.ordered_jobs()
+        }
 
     def in_flight(self) -> dict[str, EpochBatch]:
         """The batch each job is running now."""
@@ -393,17 +386,14 @@ class Runner:
         its pipeline's own epochs. ``draining`` (a run told to stop): every pending epoch
         is coalesced, so the epochs left are finished in as few batches as possible.
         ``continuous``: a continuous run's backlog threshold applies (``"auto"``)."""
-        done_through = self._done_through(job)
-        issued = [
-            e.id for e in self.catalog.epochs(after=done_through, pipeline=self.catalog_pipeline)
-        ]
-        if not issued:
+        progress = self.catalog.job_progress(
+            job.output,
+            inputs=[i.table for i in job.inputs],
+            source=job.source.name if job.source is not None else None,
+        )
+        if not progress.issued:
             return []
-        latest_id = issued[-1]
-        if any(
-            s.state is EpochState.PROCESSED
-            for s in self.catalog.table_epochs(job.output, after=done_through)
-        ):
+        if any(s.state is EpochState.PROCESSED for s in progress.states[job.output]):
             # Recovery has run, so a PROCESSED epoch here is one its quality gate blocked:
             # epochs go in order, the job waits until a rerun lets that one through.
             return []
@@ -411,28 +401,18 @@ class Runner:
         if job.inputs:
             inputs_written = {
                 item.table: [
-                    s.epoch
-                    for s in self.catalog.table_epochs(
-                        item.table, after=done_through, up_to=latest_id
-                    )
-                    if s.state is EpochState.WRITTEN
+                    s.epoch for s in progress.states[item.table] if s.state is EpochState.WRITTEN
                 ]
                 for item in job.inputs
             }
-        recorded: tuple[int, ...] = ()
-        if job.source is not None:
-            recorded = tuple(
-                s.epoch
-                for s in self.catalog.slices(job.source.name, after=done_through, up_to=latest_id)
-            )
         return plan_batches(
-            done_through=done_through,
-            issued=issued,
+            done_through=progress.done_through,
+            issued=progress.issued,
             inputs_written=inputs_written,
             backlog_threshold=1
             if draining
             else backlog_threshold_for(self.backlog_threshold, continuous=continuous),
-            recorded_slices=recorded,
+            recorded_slices=progress.recorded_slices,
         )
 
     def run_pending(self) -> RunResult:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 
-from catalog.models import Lease
+from catalog.models import Lease, RenewedLeases
 
 
 class LeaseStore(ABC):
@@ -19,6 +20,12 @@ class LeaseStore(ABC):
         holds it, since when, until when). Re-acquiring our own live lease keeps the
         generation. A retired job's lease raises RetiredError.
         """
+
+    @abstractmethod
+    def acquire_leases(self, jobs: Iterable[str], owner: str, *, ttl_seconds: float) -> list[Lease]:
+        """Take the leases of ``jobs`` in one transaction, all or none: each as
+        :meth:`acquire_lease` takes it; the first live lease of another owner raises
+        LeaseHeldError and none is taken."""
 
     @abstractmethod
     def take_over_lease(
@@ -43,8 +50,17 @@ class LeaseStore(ABC):
         """Extend a lease we hold; StaleLeaseError if it was taken over."""
 
     @abstractmethod
+    def renew_leases(self, leases: Iterable[Lease], *, ttl_seconds: float) -> RenewedLeases:
+        """Extend the leases we hold in one transaction; those taken over meanwhile are
+        reported lost (each with its StaleLeaseError) and the others renewed."""
+
+    @abstractmethod
     def release_lease(self, lease: Lease) -> None:
         """Give a lease up (no-op if it was taken over meanwhile)."""
+
+    @abstractmethod
+    def release_leases(self, leases: Iterable[Lease]) -> None:
+        """Give leases up in one transaction (each as :meth:`release_lease`)."""
 
     @abstractmethod
     def get_lease(self, job: str) -> Lease | None: ...

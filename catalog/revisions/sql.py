@@ -190,7 +190,7 @@ class SqlRevisionStore(SqlStore, RevisionStore):
             )
             for epoch in epochs:
                 if epoch <= through:
-                    self._record_commit(conn, now, epoch)
+                    self._record_commit(conn, now, self._epoch(self._epoch_row(conn, epoch)))
             return self._finish_revision(conn, row, RevisionState.SWITCHED, through_epoch=through)
 
     def discard_revision(self, revision: int, *, note: str) -> Revision:

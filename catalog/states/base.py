@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 
-from catalog.models import CommitManifest, SealRequest
+from catalog.models import AttemptFloor, CommitManifest, JobProgress, SealRequest
 from consistency.records import TableEpoch
 
 
@@ -93,6 +93,26 @@ class StateStore(ABC):
     def max_attempt(self, tables: Iterable[str], epoch: int) -> int:
         """The highest attempt ever recorded for ``epoch`` in any of ``tables``, history
         included (0 if none): a replay's attempt is this plus one."""
+
+    @abstractmethod
+    def job_progress(
+        self, output: str, *, inputs: Iterable[str] = (), source: str | None = None
+    ) -> JobProgress:
+        """What planning the batches of the job writing ``output`` reads, in one read
+        transaction of a few statements (it runs whenever a batch ends upstream): the
+        newest epoch ``output`` has WRITTEN, the epochs of its pipeline issued after it,
+        the states of ``output`` and of ``inputs`` at those epochs, and the epochs
+        ``source`` has a slice recorded for among them. UnknownTableError for an unknown
+        ``output``.
+
+        Each statement sees at least what the ones before it saw (on PostgreSQL they need
+        not see one snapshot): an epoch issued or sealed meanwhile is planned next time.
+        """
+
+    @abstractmethod
+    def attempt_floor(self, tables: Iterable[str], epoch: int) -> AttemptFloor:
+        """:meth:`max_attempt` and :meth:`latest_written` of ``tables`` in one read: what
+        numbering a new attempt at ``epoch`` reads of the catalog."""
 
     @abstractmethod
     def get_commit(self, epoch: int) -> CommitManifest | None:

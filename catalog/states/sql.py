@@ -3,18 +3,45 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from catalog.errors import EpochStateError
-from catalog.models import CommitManifest, SealRequest
-from catalog.schema import commits_table, epoch_history_table, epochs_table, table_epochs_table
+from catalog.errors import (
+    EpochStateError,
+    StaleLeaseError,
+    UnknownEpochError,
+    UnknownTableError,
+)
+from catalog.models import AttemptFloor, CommitManifest, JobProgress, SealRequest
+from catalog.schema import (
+    commits_table,
+    epoch_history_table,
+    epochs_table,
+    leases_table,
+    source_slices_table,
+    table_epochs_table,
+    tables_table,
+)
 from catalog.states.base import StateStore
 from catalog.store import SqlStore
-from consistency.records import EpochState, TableEpoch
+from consistency.records import Epoch, EpochState, TableEpoch
 from consistency.states import check_seal, check_transition
+
+
+@dataclass(frozen=True)
+class _StateContext:
+    """What recording a state of one table at one epoch checks, as one statement read it."""
+
+    pipeline: str
+    """The table's pipeline."""
+    epoch: Epoch
+    latest_written: int | None
+    """The table's newest WRITTEN epoch."""
+    current: TableEpoch | None
+    """The table's state at the epoch."""
 
 
 class SqlStateStore(SqlStore, StateStore):
@@ -33,16 +60,12 @@ class SqlStateStore(SqlStore, StateStore):
     ) -> TableEpoch:
         requested = EpochState.PROCESSED
         with self._write() as conn:
-            self._check_lease(conn, job, generation)
-            table_row = self._check_writer(conn, table, epoch, job, requested)
-            self._check_epoch_pipeline(
-                self._epoch_row(conn, epoch), table_row.pipeline, table=table
-            )
-            current = self._state_row(conn, table, epoch)
+            context = self._context(conn, table, epoch, job, generation, requested)
+            current = context.current
             check_transition(
                 table,
                 epoch,
-                None if current is None else EpochState(current.state),
+                None if current is None else current.state,
                 requested,
                 attempt=attempt,
                 current_attempt=None if current is None else current.attempt,
@@ -67,24 +90,26 @@ class SqlStateStore(SqlStore, StateStore):
         self, job: str, generation: int, requests: Sequence[SealRequest]
     ) -> CommitManifest | None:
         with self._write() as conn:
-            self._check_lease(conn, job, generation)
+            if not requests:
+                self._check_lease(conn, job, generation)
             now = self._now(conn)
+            epochs: dict[int, Epoch] = {}
             for request in requests:
-                self._seal_one(conn, now, job, generation, request)
+                epochs[request.epoch] = self._seal_one(conn, now, job, generation, request)
             manifest = None
-            for epoch in sorted({request.epoch for request in requests}):
-                manifest = self._record_commit(conn, now, epoch) or manifest
+            for epoch in sorted(epochs):
+                manifest = self._record_commit(conn, now, epochs[epoch]) or manifest
             return manifest
 
     def _seal_one(
         self, conn: sa.Connection, now: datetime, job: str, generation: int, request: SealRequest
-    ) -> None:
+    ) -> Epoch:
+        """Seal one table's epoch; the epoch."""
         table, epoch = request.table, request.epoch
         written = EpochState.WRITTEN
-        table_row = self._check_writer(conn, table, epoch, job, written)
-        self._check_epoch_pipeline(self._epoch_row(conn, epoch), table_row.pipeline, table=table)
-        current = self._state_row(conn, table, epoch)
-        current_state = None if current is None else EpochState(current.state)
+        context = self._context(conn, table, epoch, job, generation, written)
+        current = context.current
+        current_state = None if current is None else current.state
         check_transition(
             table,
             epoch,
@@ -94,16 +119,15 @@ class SqlStateStore(SqlStore, StateStore):
             current_attempt=None if current is None else current.attempt,
         )
         first = epoch if request.first_epoch is None else request.first_epoch
-        latest = self._latest_rows(conn, "written", [table])
         check_seal(
             table,
             epoch,
             current_state,
             first_epoch=first,
-            latest_written=latest[0].epoch if latest else None,
+            latest_written=context.latest_written,
         )
         if first < epoch:
-            self._coalesce(conn, now, job, generation, request, first, table_row.pipeline)
+            self._coalesce(conn, now, job, generation, request, first, context.pipeline)
         self._set_state(
             conn,
             TableEpoch(
@@ -119,6 +143,7 @@ class SqlStateStore(SqlStore, StateStore):
             ),
             exists=current is not None,
         )
+        return context.epoch
 
     def _coalesce(
         self,
@@ -189,35 +214,71 @@ class SqlStateStore(SqlStore, StateStore):
     ) -> TableEpoch:
         requested = EpochState.ROLLED_BACK
         with self._write() as conn:
-            self._check_lease(conn, job, generation)
-            self._check_writer(conn, table, epoch, job, requested)
-            current = self._state_row(conn, table, epoch)
+            current = self._context(conn, table, epoch, job, generation, requested).current
             # Only a PROCESSED epoch can be rolled back.
-            check_transition(
-                table, epoch, None if current is None else EpochState(current.state), requested
-            )
+            check_transition(table, epoch, None if current is None else current.state, requested)
+            assert current is not None
             return self._set_state(
                 conn,
-                TableEpoch(
-                    table=table,
-                    epoch=epoch,
+                replace(
+                    current,
                     state=requested,
-                    delta_version=current.delta_version,
-                    job=job,
-                    attempt=current.attempt,
                     generation=generation,
-                    rows=current.rows,
+                    job=job,
                     reason=reason,
+                    coalesced_into=None,
                     updated_at=self._now(conn),
                 ),
                 exists=True,
             )
 
-    def _check_writer(
-        self, conn: sa.Connection, table: str, epoch: int, job: str, requested: EpochState
-    ) -> Any:
-        """The table's row, if ``job`` writes it; else EpochStateError."""
-        row = self._table_row(conn, table, job=job)
+    def _context(
+        self,
+        conn: sa.Connection,
+        table: str,
+        epoch: int,
+        job: str,
+        generation: int,
+        requested: EpochState,
+    ) -> _StateContext:
+        """What recording ``requested`` for ``table`` at ``epoch`` checks, read in one
+        statement, and checked in this order: the job's lease generation (StaleLeaseError:
+        zombie fencing), the table (UnknownTableError) and its writer (EpochStateError), the
+        epoch (UnknownEpochError) and its pipeline (ForeignEpochError)."""
+        t, te, e, le = tables_table, table_epochs_table, epochs_table, leases_table
+        x = te.alias("x")
+        lease = sa.select(le.c.generation).where(le.c.job == job).scalar_subquery()
+        written = (
+            sa.select(sa.func.max(x.c.epoch))
+            .where(x.c.table_name == t.c.name, x.c.state == EpochState.WRITTEN.value)
+            .scalar_subquery()
+        )
+        row = conn.execute(
+            sa.select(
+                lease.label("lease_generation"),
+                t.c.writer_job,
+                t.c.pipeline,
+                written.label("latest_written"),
+                e.c.id.label("epoch_id"),
+                e.c.barrier_ts.label("epoch_barrier_ts"),
+                e.c.created_at.label("epoch_created_at"),
+                e.c.pipeline.label("epoch_pipeline"),
+                *(c.label(f"state_{c.name}") for c in te.c),
+            )
+            .select_from(
+                t.outerjoin(e, e.c.id == epoch).outerjoin(
+                    te, sa.and_(te.c.table_name == t.c.name, te.c.epoch == epoch)
+                )
+            )
+            .where(t.c.name == table)
+        ).first()
+        if row is None:
+            self._check_lease(conn, job, generation)
+            raise UnknownTableError(table, job=job)
+        if row.lease_generation != generation:
+            raise StaleLeaseError(
+                job=job, generation=generation, current_generation=row.lease_generation
+            )
         if row.writer_job != job:
             raise EpochStateError(
                 table=table,
@@ -226,7 +287,22 @@ class SqlStateStore(SqlStore, StateStore):
                 requested=requested,
                 why=f"the table is written by job {row.writer_job!r}, not {job!r}",
             )
-        return row
+        if row.epoch_id is None:
+            raise UnknownEpochError(epoch)
+        known = Epoch(
+            id=row.epoch_id,
+            barrier_ts=row.epoch_barrier_ts,
+            created_at=row.epoch_created_at,
+            pipeline=row.epoch_pipeline,
+        )
+        self._check_epoch_pipeline(known, row.pipeline, table=table)
+        state = tuple(row[-len(te.c) :])
+        return _StateContext(
+            pipeline=row.pipeline,
+            epoch=known,
+            latest_written=row.latest_written,
+            current=None if state[0] is None else self._table_epoch(state),
+        )
 
     @staticmethod
     def _state_row(conn: sa.Connection, table: str, epoch: int) -> Any:
@@ -330,6 +406,60 @@ class SqlStateStore(SqlStore, StateStore):
             rows = self._latest_rows(conn, "processed", tables)
         return {row.table_name: self._table_epoch(row) for row in rows}
 
+    def job_progress(
+        self, output: str, *, inputs: Iterable[str] = (), source: str | None = None
+    ) -> JobProgress:
+        t, te, e, ss = tables_table, table_epochs_table, epochs_table, source_slices_table
+        names = list(dict.fromkeys([output, *inputs]))
+        # One backward descent of ix_table_epochs_state, as in latest_written.
+        written = (
+            sa.select(sa.func.max(te.c.epoch))
+            .where(te.c.table_name == t.c.name, te.c.state == EpochState.WRITTEN.value)
+            .scalar_subquery()
+        )
+        states: dict[str, list[TableEpoch]] = {name: [] for name in names}
+        recorded: tuple[int, ...] = ()
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(t.c.pipeline, t.c.first_epoch, written.label("written")).where(
+                    t.c.name == output
+                )
+            ).first()
+            if row is None:
+                raise UnknownTableError(output)
+            done = row.first_epoch - 1 if row.written is None else row.written
+            issued = tuple(
+                conn.execute(
+                    sa.select(e.c.id)
+                    .where(e.c.pipeline == row.pipeline, e.c.id > done)
+                    .order_by(e.c.id)
+                ).scalars()
+            )
+            if issued:
+                rows = conn.execute(
+                    sa.select(te)
+                    .where(te.c.table_name.in_(names), te.c.epoch > done, te.c.epoch <= issued[-1])
+                    .order_by(te.c.epoch)
+                )
+                for state in rows:
+                    states[state.table_name].append(self._table_epoch(state))
+                if source is not None:
+                    recorded = tuple(
+                        conn.execute(
+                            sa.select(ss.c.epoch)
+                            .where(
+                                ss.c.source == source, ss.c.epoch > done, ss.c.epoch <= issued[-1]
+                            )
+                            .order_by(ss.c.epoch)
+                        ).scalars()
+                    )
+        return JobProgress(
+            done_through=done,
+            issued=issued,
+            states={name: tuple(found) for name, found in states.items()},
+            recorded_slices=recorded,
+        )
+
     def get_commit(self, epoch: int) -> CommitManifest | None:
         with self._read() as conn:
             row = conn.execute(
@@ -350,16 +480,30 @@ class SqlStateStore(SqlStore, StateStore):
         names = list(dict.fromkeys(tables))
         if not names:
             return 0
+        with self._read() as conn:
+            return self._max_attempt(conn, names, epoch)
+
+    def attempt_floor(self, tables: Iterable[str], epoch: int) -> AttemptFloor:
+        names = list(dict.fromkeys(tables))
+        if not names:
+            return AttemptFloor(max_attempt=0)
+        with self._read() as conn:
+            attempt = self._max_attempt(conn, names, epoch)
+            rows = self._latest_rows(conn, "written", names)
+        return AttemptFloor(
+            max_attempt=attempt,
+            latest_written={row.table_name: self._table_epoch(row) for row in rows},
+        )
+
+    @staticmethod
+    def _max_attempt(conn: sa.Connection, names: list[str], epoch: int) -> int:
         te, h = table_epochs_table, epoch_history_table
-        with self._read(snapshot=True) as conn:
-            current = conn.execute(
-                sa.select(sa.func.max(te.c.attempt)).where(
-                    te.c.table_name.in_(names), te.c.epoch == epoch
-                )
-            ).scalar_one_or_none()
-            history = conn.execute(
-                sa.select(sa.func.max(h.c.attempt)).where(
-                    h.c.table_name.in_(names), h.c.epoch == epoch
-                )
-            ).scalar_one_or_none()
-        return max(current or 0, history or 0)
+        # One statement (one consistent read, one round trip): the current states and the
+        # history together.
+        attempts = sa.union_all(
+            sa.select(te.c.attempt).where(te.c.table_name.in_(names), te.c.epoch == epoch),
+            sa.select(h.c.attempt).where(h.c.table_name.in_(names), h.c.epoch == epoch),
+        ).subquery()
+        return conn.execute(
+            sa.select(sa.func.coalesce(sa.func.max(attempts.c.attempt), 0))
+        ).scalar_one()

@@ -71,10 +71,10 @@ def next_attempt(catalog: Catalog, tables: Mapping[str, str], batch: EpochBatch)
     attempt that died before the catalog heard of it, and recovery tells attempts apart
     by their number.
     """
-    seen = catalog.max_attempt(tables, batch.last)
-    sealed_now = catalog.latest_written(tables)
+    floor = catalog.attempt_floor(tables, batch.last)
+    seen = floor.max_attempt
     for table, location in tables.items():
-        sealed = sealed_now.get(table)
+        sealed = floor.latest_written.get(table)
         for commit in log_commits(location, after_version=sealed.delta_version if sealed else None):
             first = commit.first_epoch if commit.first_epoch is not None else commit.epoch
             if commit.epoch is None or first is None:

@@ -264,3 +264,83 @@ def test_sessions_the_server_ended_are_replaced_on_the_next_call(postgres_url, p
     assert ended.latest_epoch() == first
     assert ended.open_epoch().id == first.id + 1
     ended.close()
+
+
+@pytest.fixture
+def jobs_catalog(job_catalog):
+    for name in ("k", "m"):
+        job_catalog.register_table(TableSpec(f"t_{name}", f"/w/t_{name}", kind="root"))
+        job_catalog.register_job(JobSpec(name, f"t_{name}", source=f"s_{name}"))
+    return job_catalog
+
+
+def transactions(call) -> int:
+    """Write transactions ``call`` opens (each one takes the catalog's write lock)."""
+    import sqlalchemy as sa
+
+    seen = []
+
+    def count(conn, *_args):
+        if conn.get_execution_options().get("catalog_write"):
+            seen.append(conn)
+
+    sa.event.listen(sa.engine.Engine, "begin", count)
+    try:
+        call()
+    finally:
+        sa.event.remove(sa.engine.Engine, "begin", count)
+    return len(seen)
+
+
+def test_leases_are_acquired_all_or_none_in_one_transaction(jobs_catalog):
+    catalog = jobs_catalog
+    held = catalog.acquire_lease("m", "b", ttl_seconds=30)
+    with pytest.raises(LeaseHeldError) as raised:
+        catalog.acquire_leases(["j", "k", "m"], "a", ttl_seconds=30)
+    assert (raised.value.job, raised.value.owner) == ("m", "b")
+    assert catalog.get_lease("j") is None and catalog.get_lease("k") is None
+    catalog.release_lease(held)
+    taken: list = []
+    assert (
+        transactions(
+            lambda: taken.extend(catalog.acquire_leases(["j", "k", "m"], "a", ttl_seconds=30))
+        )
+        == 1
+    )
+    assert [(t.job, t.owner, t.generation) for t in taken] == [
+        ("j", "a", 1),
+        ("k", "a", 1),
+        ("m", "a", 2),
+    ]
+    assert [catalog.get_lease(t.job) for t in taken] == taken
+    assert catalog.acquire_leases([], "a", ttl_seconds=30) == []
+
+
+def test_leases_are_renewed_in_one_transaction_and_the_lost_ones_named(jobs_catalog):
+    catalog = jobs_catalog
+    leases = catalog.acquire_leases(["j", "k", "m"], "a", ttl_seconds=SHORT_TTL)
+    time.sleep(SHORT_TTL + 0.1)
+    taken = catalog.acquire_lease("k", "b", ttl_seconds=30)  # k lapsed and changed hands
+    result: list = []
+    assert transactions(lambda: result.append(catalog.renew_leases(leases, ttl_seconds=30))) == 1
+    (renewed,) = result
+    assert set(renewed.renewed) == {"j", "m"} and set(renewed.lost) == {"k"}
+    lost = renewed.lost["k"]
+    assert isinstance(lost, StaleLeaseError)
+    assert (lost.generation, lost.current_generation) == (1, 2)
+    for job in ("j", "m"):
+        assert renewed.renewed[job].expires_at > leases[0].expires_at
+        assert catalog.get_lease(job) == renewed.renewed[job]
+    assert catalog.get_lease("k") == taken  # untouched
+
+
+def test_leases_are_released_in_one_transaction(jobs_catalog):
+    catalog = jobs_catalog
+    leases = catalog.acquire_leases(["j", "k", "m"], "a", ttl_seconds=30)
+    taken = catalog.take_over_lease(
+        "m", "b", expected_owner="a", expected_generation=1, ttl_seconds=30
+    )
+    assert transactions(lambda: catalog.release_leases(leases)) == 1
+    assert catalog.get_lease("m") == taken  # superseded: not released
+    for job in ("j", "k"):
+        assert catalog.acquire_lease(job, "c", ttl_seconds=30).generation == 2

@@ -6,6 +6,7 @@ import pytest
 
 from catalog import (
     FAILURE_MESSAGE_MAX_CHARS,
+    AttemptFloor,
     CatalogError,
     EpochState,
     JobFailureRecord,
@@ -144,3 +145,18 @@ def test_max_attempt_counts_the_history_of_every_given_table(chain):
     catalog.seal("ingest", gen, [SealRequest("rejects", e2, 2, attempt=1, first_epoch=e1)])
     assert catalog.table_epoch("rejects", e1).attempt == 1
     assert catalog.max_attempt(["rejects"], e1) == 3
+
+
+def test_attempt_floor_is_max_attempt_and_latest_written_in_one_read(chain):
+    catalog = chain.catalog
+    e1, e2 = catalog.open_epoch().id, catalog.open_epoch().id
+    gen = chain.ingest.generation
+    assert catalog.attempt_floor(["raw", "rejects"], e1) == AttemptFloor(max_attempt=0)
+    assert catalog.attempt_floor([], e1) == AttemptFloor(max_attempt=0)
+    catalog.seal("ingest", gen, [SealRequest("raw", e1, 4), SealRequest("rejects", e1, 4)])
+    catalog.record_processed("raw", e2, delta_version=5, job="ingest", attempt=2, generation=gen)
+    catalog.mark_rolled_back("raw", e2, job="ingest", generation=gen, reason="crash")
+    floor = catalog.attempt_floor(["raw", "rejects", "counts"], e2)
+    assert floor.max_attempt == catalog.max_attempt(["raw", "rejects", "counts"], e2) == 2
+    assert floor.latest_written == catalog.latest_written(["raw", "rejects", "counts"])
+    assert set(floor.latest_written) == {"raw", "rejects"}

@@ -7,6 +7,7 @@ import pytest
 from catalog import (
     EpochState,
     EpochStateError,
+    JobProgress,
     JobSpec,
     SealRequest,
     StaleLeaseError,
@@ -524,3 +525,67 @@ def test_table_status_costs_a_fixed_number_of_queries(chain):
         seal_ingest(chain, e, e)
         seal_count(chain, e, e)
     assert statements() == few
+
+
+def test_job_progress_is_what_planning_reads(chain, tmp_path):
+    catalog = chain.catalog
+    assert catalog.job_progress("counts", inputs=["raw"]) == JobProgress(
+        done_through=0, issued=(), states={"counts": (), "raw": ()}
+    )
+    e1, e2, e3, e4 = open_epochs(chain, 4)
+    # Another pipeline's epochs are never a job's.
+    catalog.register_table(TableSpec("orders", str(tmp_path / "orders"), pipeline="sales"))
+    catalog.open_epoch(pipeline="sales")
+    reader = {"job": "ingest", "generation": chain.ingest.generation}
+    for epoch in (e1, e2, e3):
+        catalog.record_slice("words", epoch, {"to": epoch}, **reader)
+    seal_ingest(chain, e1, 1)
+    seal_ingest(chain, e2, 2)
+    processed(chain, "raw", e3, 3)
+    seal_count(chain, e1, 1)
+
+    counts = catalog.job_progress("counts", inputs=["raw"])
+    assert (counts.done_through, counts.issued, counts.recorded_slices) == (e1, (e2, e3, e4), ())
+    assert counts.states["counts"] == ()
+    assert [(s.epoch, s.state) for s in counts.states["raw"]] == [(e2, W), (e3, P)]
+    assert counts.states["raw"] == tuple(catalog.table_epochs("raw", after=e1))
+
+    raw = catalog.job_progress("raw", source="words")
+    assert (raw.done_through, raw.issued, raw.recorded_slices) == (e2, (e3, e4), (e3,))
+    assert [(s.epoch, s.state) for s in raw.states["raw"]] == [(e3, P)]
+
+    with pytest.raises(UnknownTableError):
+        catalog.job_progress("nope")
+
+
+def test_job_progress_is_one_read_of_a_few_statements(chain):
+    import sqlalchemy as sa
+
+    catalog = chain.catalog
+
+    def statements() -> list[str]:
+        seen: list[str] = []
+
+        # Every engine of the catalog (PostgreSQL reads on an autocommit one).
+        def count(_conn, _cursor, statement, *_args):
+            seen.append(statement.split(None, 1)[0].upper())
+
+        sa.event.listen(sa.engine.Engine, "before_cursor_execute", count)
+        try:
+            catalog.job_progress("raw", inputs=["counts"], source="words")
+        finally:
+            sa.event.remove(sa.engine.Engine, "before_cursor_execute", count)
+        return seen
+
+    few = statements()
+    for e in open_epochs(chain, 20):
+        catalog.record_slice(
+            "words", e, {"to": e}, job="ingest", generation=chain.ingest.generation
+        )
+        if e < 15:
+            seal_ingest(chain, e, e)
+    seen = statements()
+    # The output and its WRITTEN, the epochs, the states, the slices: SQLite adds its BEGIN
+    # (every read is a transaction there); PostgreSQL reads one statement at a time.
+    assert seen.count("BEGIN") <= 1 and len(seen) - seen.count("BEGIN") == 4, seen
+    assert len(few) <= len(seen), few
