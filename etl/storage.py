@@ -122,6 +122,18 @@ def _s3(store: ObjectStore) -> pafs.FileSystem:
     )
 
 
+def read_object(location: str, relative: str) -> bytes:
+    """The bytes of the object ``relative`` under a normalised ``location``
+    (FileNotFoundError when there is none): a local file read as a file (no pyarrow), an
+    object through the location's pyarrow file system."""
+    if is_local(location):
+        with open(os.path.join(location, relative), "rb") as file:
+            return file.read()
+    fs, root = filesystem(location)
+    with fs.open_input_stream(f"{root}/{relative}") as stream:
+        return stream.read()
+
+
 def put_if_absent(location: str, relative: str, data: bytes) -> None:
     """Create the object ``relative`` under ``location`` holding ``data``, only if it does
     not exist: FileExistsError when it does (another writer created it first).
@@ -271,6 +283,7 @@ __all__ = [
     "is_local",
     "object_store",
     "put_if_absent",
+    "read_object",
     "scheme",
     "spark_io",
     "storage_options",

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    from etl.reader import QueryRows
 
 
 out = Console(soft_wrap=True)
@@ -207,15 +207,11 @@ def print_rows(
             out.print(rows_table(columns, rows, null=null))
 
 
-def print_arrow(table: pa.Table, fmt: str) -> None:
+def print_query(result: QueryRows, fmt: str) -> None:
     """A query's rows on stdout (see :func:`print_rows`); a table shows SQL NULL as a dim
     ``NULL``, never as a string could be (``-``). Columns are taken by position: a
     result may name two the same."""
-    columns = table.column_names
-    rows = list(zip(*(column.to_pylist() for column in table.columns), strict=True))
-    if not table.num_columns:
-        rows = [() for _ in range(table.num_rows)]
-    print_rows(columns, rows, fmt, null="[dim italic]NULL[/]")
+    print_rows(result.columns, result.rows, fmt, null="[dim italic]NULL[/]")
 
 
 __all__ = [
@@ -223,8 +219,8 @@ __all__ = [
     "err",
     "json_text",
     "out",
-    "print_arrow",
     "print_json",
+    "print_query",
     "print_rows",
     "quiet_stdout",
     "stdout_guard",

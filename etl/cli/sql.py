@@ -23,7 +23,7 @@ from etl.cli.app import (
     open_catalog,
     parse_consistency,
 )
-from etl.cli.render import err, print_arrow
+from etl.cli.render import err, print_query
 
 
 class Engine(StrEnum):
@@ -158,10 +158,10 @@ def sql(
 
             err.print(pipeline_cuts(cut), highlight=False)
         if engine is Engine.SPARK:
-            table = _run_on_spark(reader, query, limit=limit, master=master)
+            result = _run_on_spark(reader, query, limit=limit, master=master)
         else:
-            table = reader.query(query, engine="duckdb", limit=limit)
-    print_arrow(table, format)
+            result = reader.query_rows(query, limit=limit)  # no Arrow
+    print_query(result, format)
 
 
 def _run_on_spark(reader, query: str, *, limit: int, master: str | None):
@@ -175,8 +175,10 @@ def _run_on_spark(reader, query: str, *, limit: int, master: str | None):
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         # Query errors are reported below in one line, not as a logged Java stack trace.
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    from etl.reader import QueryRows
+
     try:
-        return reader.query(query, engine="spark", limit=limit)
+        return QueryRows.from_arrow(reader.query(query, engine="spark", limit=limit))
     except CapturedException as exc:  # Spark's analysis, parse and runtime errors
         problem = str(exc).strip().splitlines()[0]
         raise UsageError(f"Spark cannot run the query: {problem}") from None

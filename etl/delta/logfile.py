@@ -19,15 +19,19 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
-
-from etl.delta.dv import DeletionVector
 from etl.delta.layout import filesystem, normalize_location
 from etl.errors import DeltaIOError
-from etl.storage import is_local, put_if_absent
+from etl.storage import is_local, put_if_absent, read_object
+
+if TYPE_CHECKING:
+    # pyarrow (and the DV codec, which needs it) are imported where used: a reader's
+    # same_rows_version of a local table imports neither.
+    import pyarrow.fs as pafs
+
+    from etl.delta.dv import DeletionVector
 
 LOG_DIR = "_delta_log"
 COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
@@ -43,6 +47,8 @@ DELETION_VECTORS = "deletionVectors"
 
 def log_versions(fs: pafs.FileSystem, root: str) -> tuple[list[int], dict[int, float]]:
     """(commit versions with a JSON entry, {checkpoint version: its file's mtime})."""
+    import pyarrow.fs as pafs
+
     commits: list[int] = []
     checkpoints: dict[int, float] = {}
     for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}", allow_not_found=True)):
@@ -57,8 +63,11 @@ def log_versions(fs: pafs.FileSystem, root: str) -> tuple[list[int], dict[int, f
 def read_actions(fs: pafs.FileSystem, root: str, version: int) -> list[dict]:
     """The actions of commit ``version`` (FileNotFoundError when it has no JSON entry)."""
     with fs.open_input_stream(f"{root}/{LOG_DIR}/{version:020d}.json") as stream:
-        text = stream.read().decode()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+        return _actions(stream.read())
+
+
+def _actions(entry: bytes) -> list[dict]:
+    return [json.loads(line) for line in entry.decode().splitlines() if line.strip()]
 
 
 @dataclass(frozen=True)
@@ -75,10 +84,14 @@ class LogEntry:
 
 
 def log_entry(fs: pafs.FileSystem, root: str, version: int) -> LogEntry:
+    return _entry(read_actions(fs, root, version))
+
+
+def _entry(actions: list[dict]) -> LogEntry:
     files = []
     data_change = False
     other = False
-    for action in read_actions(fs, root, version):
+    for action in actions:
         other = other or "metaData" in action or "protocol" in action
         for kind in ("add", "remove"):
             if kind in action:
@@ -96,10 +109,9 @@ def same_rows_version(location: str, version: int) -> int:
     so a reader protected at ``version`` may read them instead.
     """
     location = normalize_location(location)
-    fs, root = filesystem(location)
     while True:
         try:
-            entry = log_entry(fs, root, version + 1)
+            entry = _entry(_actions(read_object(location, f"{LOG_DIR}/{version + 1:020d}.json")))
         except FileNotFoundError:
             return version
         if not entry.same_rows:
@@ -109,13 +121,21 @@ def same_rows_version(location: str, version: int) -> int:
 
 def _dv_file(body: Mapping) -> str | None:
     descriptor = body.get("deletionVector")
-    return None if not descriptor else DeletionVector.from_json(descriptor).relative_path()
+    if not descriptor:
+        return None
+    from etl.delta.dv import DeletionVector
+
+    return DeletionVector.from_json(descriptor).relative_path()
 
 
 def deletion_vector(add: Mapping) -> DeletionVector | None:
     """The DV of a replayed ``add`` action, if it has one."""
     descriptor = add.get("deletionVector")
-    return None if not descriptor else DeletionVector.from_json(descriptor)
+    if not descriptor:
+        return None
+    from etl.delta.dv import DeletionVector
+
+    return DeletionVector.from_json(descriptor)
 
 
 def active_adds(location: str, version: int) -> dict[str, dict]:
@@ -189,6 +209,8 @@ def entry_stamp(location: str, version: int) -> tuple[int, int] | None:
         except OSError:
             return None
         return stat.st_mtime_ns, stat.st_size
+    import pyarrow.fs as pafs
+
     fs, root = filesystem(location)
     try:
         info = fs.get_file_info(f"{root}/{LOG_DIR}/{version:020d}.json")
@@ -244,6 +266,9 @@ def _checkpoint_actions(
     fs: pafs.FileSystem, root: str, version: int
 ) -> tuple[dict[str, dict], dict[str, int]]:
     """The ``add`` actions (by decoded path) and app transactions of checkpoint ``version``."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
     adds: dict[str, dict] = {}
     txns: dict[str, int] = {}
     prefix = f"{version:020d}.checkpoint"

@@ -19,6 +19,7 @@ _EXPORTS: dict[str, str] = {
     "ParsedQuery": "etl.reader.query",
     "parse_query": "etl.reader.query",
     "tables_in_sql": "etl.reader.query",
+    "QueryRows": "etl.reader.snapshot_reader",
     "SnapshotClosedError": "etl.reader.snapshot_reader",
     "SnapshotReader": "etl.reader.snapshot_reader",
     "snapshot": "etl.reader.snapshot_reader",

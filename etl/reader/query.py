@@ -4,6 +4,7 @@ in words. Only the Spark and DuckDB dialects are loaded."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -132,8 +133,12 @@ def _spark_decimal_averages(
     return result
 
 
+@functools.lru_cache(maxsize=64)
 def parse_query(sql: str) -> ParsedQuery:
     """Parse one read query (Spark SQL) and find the tables it reads by scope analysis.
+
+    Kept for the process (a read parses its query to check it, to find its tables and to
+    run it): the parsed expression is shared, never changed in place.
 
     A name counts as a table when a query scope selects from it and it is not a CTE or
     derived table visible in that scope: so a CTE hides a table of the same name only

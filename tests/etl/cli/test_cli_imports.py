@@ -1,6 +1,7 @@
 """What a command imports (issue 28, item 5): ``etl --version`` and ``etl --help`` import
 no catalog and no engine, ``etl snapshot`` of named tables no sqlglot, DuckDB, Arrow
-(pyarrow, numpy) or delta-rs, and neither it nor ``etl sql`` on DuckDB imports PySpark,
+(pyarrow, numpy) or delta-rs, ``etl sql`` on DuckDB (of a local warehouse) no Arrow or
+delta-rs, and neither imports PySpark,
 Great Expectations, Kafka, pandas, Polars, (on a SQLite catalog) the PostgreSQL
 driver or the Delta write path. Pinned by the modules a real run of the command leaves in ``sys.modules``, not
 by timing."""
@@ -120,4 +121,6 @@ def test_sql_on_duckdb_imports_no_spark_no_quality_gates_and_no_dataframes(wareh
         cwd=tmp_path,
     )  # fmt: skip
     assert imported.isdisjoint(NEVER_FOR_READS)
+    # DuckDB's rows are printed as DuckDB gives them, the Delta log read as files.
+    assert imported.isdisjoint({"pyarrow", "numpy", "deltalake"})
     assert {"duckdb", "sqlglot"} <= imported  # the command did read through DuckDB

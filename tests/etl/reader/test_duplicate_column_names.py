@@ -26,5 +26,7 @@ def test_duplicate_names_are_kept_with_and_without_a_limit(tmp_path):
         for limit in (None, 1000, 1):
             result = snap.query(query, limit=limit)
             assert result.column_names == ["word", "word"], (limit, result.column_names)
+            rows = snap.query_rows(query, limit=limit)  # etl sql's, without Arrow
+            assert rows.columns == ("word", "word"), (limit, rows.columns)
         assert snap.query(query, limit=1).to_pylist() == [{"word": "b"}]
     catalog.close()

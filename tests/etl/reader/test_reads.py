@@ -70,6 +70,16 @@ def test_duckdb_dialect_drops_spark_hints():
     assert "BROADCAST" not in parse_query("SELECT /*+ BROADCAST(w) */ * FROM words w").for_duckdb()
 
 
+def test_a_parsed_query_is_kept_for_the_process_and_never_changed_by_a_translation():
+    query = "SELECT word, avg(price) FROM prices GROUP BY word"
+    parsed = parse_query(query)
+    spark_text = parsed.expression.sql(dialect="spark")
+    translated = parsed.for_duckdb({"prices": {"word": "string", "price": "decimal(10,2)"}})
+    assert "DECIMAL(14, 6)" in translated  # Spark's type of the average, cast in place...
+    assert parse_query(query) is parsed
+    assert parsed.expression.sql(dialect="spark") == spark_text  # ...of a copy
+
+
 # -- chains shared by the engine tests -----------------------------------------------------
 
 
