@@ -107,14 +107,15 @@ def _write_directly(
     job = writer.job
     location = writer.location(job.output)
     prefix = writer.file_prefix(part)
-    check_write_options(rows, location, partition_by=job.partition_by, file_prefix=prefix)
+    partition_by = writer.partition_by(job.output)
+    check_write_options(rows, location, partition_by=partition_by, file_prefix=prefix)
     writer.check_lease()
     with writer.clock.stage("write"):
         slice_files = write(
             DirectWrite(
                 epoch=writer.batch.last,
                 file_prefix=prefix,
-                rows=TableTarget(location, frame_schema(rows), tuple(job.partition_by)),
+                rows=TableTarget(location, frame_schema(rows), partition_by),
                 rejects=TableTarget(writer.location(job.rejects_table), frame_schema(rejects))
                 if rejects is not None and job.rejects_table
                 else None,

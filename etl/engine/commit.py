@@ -165,6 +165,11 @@ class EpochWriter:
     def metadata(self) -> dict[str, str | int | bool]:
         return commit_metadata(self.job, self.batch, self.attempt)
 
+    def partition_by(self, table: str) -> tuple[str, ...]:
+        """The columns ``table``'s files are partitioned by: the job's, for its output only
+        (a side output, such as the rejects, is not partitioned)."""
+        return tuple(self.job.partition_by) if table == self.job.output else ()
+
     def file_prefix(self, part: int | str) -> str:
         """How the files of a commit of micro-batch ``part`` (or ``"audit"``) are named."""
         return f"{self.batch.last}-{self.attempt}-{part}"
@@ -282,7 +287,7 @@ class EpochWriter:
                 version=base,
                 updates=frame,
                 keys=self.job.keys,
-                partition_by=self.job.partition_by,
+                partition_by=self.partition_by(table),
                 file_prefix=name,
                 strategy=self.job.merge_strategy,
             )
@@ -295,7 +300,9 @@ class EpochWriter:
             )
         if mode == "merge":
             require_unique_keys(frame, location, list(self.job.keys))
-        files = write_files(frame, location, partition_by=self.job.partition_by, file_prefix=name)
+        files = write_files(
+            frame, location, partition_by=self.partition_by(table), file_prefix=name
+        )
         return PreparedWrite(schema=schema, files=tuple(files), rows=sum(f.rows for f in files))
 
     def commit_prepared(
@@ -373,7 +380,7 @@ class EpochWriter:
                     files,
                     schema=schema,
                     mode="overwrite" if overwrite else "append",
-                    partition_by=job.partition_by if table == job.output else (),
+                    partition_by=self.partition_by(table),
                     removes=removes,
                     deletes=deletes,
                     fence=self.fence,
