@@ -257,7 +257,7 @@ def write_files(
     """
     location = normalize_location(location)
     partition_by = tuple(partition_by)
-    _check_write_options(df, location, partition_by=partition_by, file_prefix=file_prefix)
+    check_write_options(df, location, partition_by=partition_by, file_prefix=file_prefix)
     if collect_rows > 0 and estimated_bytes(df) <= collect_bytes:
         rows = collect_small(df, collect_rows)
         if rows is not None:
@@ -340,10 +340,36 @@ def _write_staged(
     return sorted((f for f in placed if f is not None), key=lambda f: f.path)
 
 
-_WRITTEN_FILE = (
+WRITTEN_FILE = (
     "path string, size long, partition_values string, rows long, stats string, "
     "modification_time long"
 )
+"""The Spark schema (DDL) of a :class:`DataFile` as a row: how Spark tasks that write
+files hand their descriptors to the driver (:func:`file_record`, :func:`record_file`)."""
+
+
+def file_record(file: DataFile) -> dict[str, object]:
+    """``file`` as a row of :data:`WRITTEN_FILE`."""
+    return {
+        "path": file.path,
+        "size": file.size,
+        "partition_values": json.dumps(dict(file.partition_values)),
+        "rows": file.rows,
+        "stats": file.stats,
+        "modification_time": file.modification_time,
+    }
+
+
+def record_file(row: Mapping[str, Any]) -> DataFile:
+    """The :class:`DataFile` of a row of :data:`WRITTEN_FILE`."""
+    return DataFile(
+        path=row["path"],
+        size=row["size"],
+        partition_values=json.loads(row["partition_values"]),
+        rows=row["rows"],
+        stats=row["stats"],
+        modification_time=row["modification_time"],
+    )
 
 
 def _write_in_tasks(
@@ -361,31 +387,9 @@ def _write_in_tasks(
             return
         rows = pa.Table.from_batches(batches)
         files = write_arrow(rows, location, partition_by=partition_by, file_prefix=file_prefix)
-        yield pa.RecordBatch.from_pylist(
-            [
-                {
-                    "path": f.path,
-                    "size": f.size,
-                    "partition_values": json.dumps(dict(f.partition_values)),
-                    "rows": f.rows,
-                    "stats": f.stats,
-                    "modification_time": f.modification_time,
-                }
-                for f in files
-            ]
-        )
+        yield pa.RecordBatch.from_pylist([file_record(f) for f in files])
 
-    written = [
-        DataFile(
-            path=row["path"],
-            size=row["size"],
-            partition_values=json.loads(row["partition_values"]),
-            rows=row["rows"],
-            stats=row["stats"],
-            modification_time=row["modification_time"],
-        )
-        for row in df.mapInArrow(write, _WRITTEN_FILE).collect()
-    ]
+    written = [record_file(row.asDict()) for row in df.mapInArrow(write, WRITTEN_FILE).collect()]
     return sorted(written, key=lambda f: f.path)
 
 
@@ -503,9 +507,12 @@ def remove_staging(location: str) -> int:
     return len(stale)
 
 
-def _check_write_options(
-    df: DataFrame, location: str, *, partition_by: tuple[str, ...], file_prefix: str
+def check_write_options(
+    df: DataFrame, location: str, *, partition_by: Sequence[str], file_prefix: str
 ) -> None:
+    """Raise InvalidWriteOptionError when ``df`` cannot be written as asked: a file prefix
+    that is not a safe file name, partition columns missing or of a type Delta cannot
+    partition by, or no column left to store in files."""
     if not _FILE_PREFIX.match(file_prefix):
         raise InvalidWriteOptionError(
             table=location,
@@ -540,9 +547,13 @@ __all__ = [
     "SMALL_OUTPUT_BYTES",
     "SMALL_OUTPUT_ROWS",
     "STAGING_PREFIX",
+    "WRITTEN_FILE",
+    "check_write_options",
     "collect_small",
     "estimated_bytes",
+    "file_record",
     "file_statistics",
+    "record_file",
     "remove_staging",
     "string_upper_bound",
     "write_arrow",

@@ -39,6 +39,7 @@ from etl.delta import (
     read_table,
     table_version,
 )
+from etl.delta.files import check_write_options
 from etl.delta.layout import normalize_location
 from etl.delta.logfile import same_rows_version
 from etl.engine.audit import audit
@@ -46,7 +47,9 @@ from etl.engine.commit import (
     BatchWrite,
     EpochWriter,
     LeaseCheck,
+    PreparedWrite,
     current_version,
+    frame_schema,
     next_attempt,
 )
 from etl.engine.timing import StageClock
@@ -59,7 +62,7 @@ from etl.errors import (
 )
 from etl.faults import maybe_crash
 from etl.pipeline import EpochContext, Job, Pipeline
-from etl.sources.base import SealedTable, SliceRequest
+from etl.sources.base import DirectWrite, SealedTable, SliceRequest, TableTarget, WrittenSlice
 from etl.spark import SMALL_BATCH_BYTES, configure_small_batch
 
 log = logging.getLogger(__name__)
@@ -85,6 +88,49 @@ def _size_session(session: SparkSession, inputs: list[DataFrame]) -> None:
         if total > SMALL_BATCH_BYTES:
             return
     configure_small_batch(session)
+
+
+def _write_directly(
+    writer: EpochWriter,
+    written: BatchWrite,
+    write: Callable[[DirectWrite], WrittenSlice],
+    rows: DataFrame,
+    rejects: DataFrame | None,
+    *,
+    part: int,
+    final: bool,
+) -> BatchWrite:
+    """Micro-batch ``part`` of a job that copies its source's slice as it is: the source's
+    tasks write the files of ``rows`` and ``rejects`` (the frames the engine would write)
+    into the tables (:attr:`etl.sources.base.SliceData.write`), then the rejects' files
+    and the rows' are committed as :meth:`EpochWriter.write` commits them."""
+    job = writer.job
+    location = writer.location(job.output)
+    prefix = writer.file_prefix(part)
+    partition_by = writer.partition_by(job.output)
+    check_write_options(rows, location, partition_by=partition_by, file_prefix=prefix)
+    writer.check_lease()
+    with writer.clock.stage("write"):
+        slice_files = write(
+            DirectWrite(
+                epoch=writer.batch.last,
+                file_prefix=prefix,
+                rows=TableTarget(location, frame_schema(rows), partition_by),
+                rejects=TableTarget(writer.location(job.rejects_table), frame_schema(rejects))
+                if rejects is not None and job.rejects_table
+                else None,
+            )
+        )
+    for table, files in ((job.rejects_table, slice_files.rejects), (job.output, slice_files.rows)):
+        if table is not None and files is not None:
+            written = writer.append_prepared(
+                written,
+                table=table,
+                prepared=PreparedWrite(schema=files.schema, files=files.files, rows=files.rows),
+                part=part,
+                final=final,
+            )
+    return written
 
 
 class BatchOutcome(StrEnum):
@@ -270,21 +316,38 @@ class EpochEngine:
                     rows, _ = self.transform(
                         job, session, batch, epoch.barrier_ts, {job.source.name: data.rows}
                     )
+                rejects = None
                 if job.rejects_table and data.rejects is not None:
                     rejects = data.rejects
                     if EPOCH_COLUMN not in rejects.columns:  # every row a job writes has one
                         rejects = rejects.withColumn(EPOCH_COLUMN, F.lit(batch.last).cast("long"))
+                if (
+                    data.write is not None
+                    and job.transform is None
+                    and job.mode == "append"
+                    and not writer.resumed
+                ):
+                    written = _write_directly(
+                        writer, written, data.write, rows, rejects, part=index, final=final
+                    )
+                else:
+                    if rejects is not None and job.rejects_table:
+                        written = writer.write(
+                            written,
+                            table=job.rejects_table,
+                            frame=rejects,
+                            part=index,
+                            final=final,
+                            mode="append",
+                        )
                     written = writer.write(
                         written,
-                        table=job.rejects_table,
-                        frame=rejects,
+                        table=job.output,
+                        frame=rows,
                         part=index,
                         final=final,
-                        mode="append",
+                        mode=job.mode,
                     )
-                written = writer.write(
-                    written, table=job.output, frame=rows, part=index, final=final, mode=job.mode
-                )
                 if not final:
                     maybe_crash("between_micro_batches", job=job.name, epoch=batch.last)
         else:

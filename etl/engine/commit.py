@@ -84,6 +84,13 @@ def next_attempt(catalog: Catalog, tables: Mapping[str, str], batch: EpochBatch)
     return seen + 1
 
 
+def frame_schema(frame: DataFrame) -> pa.Schema:
+    """The Arrow schema a write of ``frame`` commits (timestamps in UTC)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(frame.schema, timezone="UTC")
+
+
 @dataclass(frozen=True)
 class PreparedWrite:
     """Files written into a table for one commit, not committed yet."""
@@ -158,6 +165,15 @@ class EpochWriter:
     def metadata(self) -> dict[str, str | int | bool]:
         return commit_metadata(self.job, self.batch, self.attempt)
 
+    def partition_by(self, table: str) -> tuple[str, ...]:
+        """The columns ``table``'s files are partitioned by: the job's, for its output only
+        (a side output, such as the rejects, is not partitioned)."""
+        return tuple(self.job.partition_by) if table == self.job.output else ()
+
+    def file_prefix(self, part: int | str) -> str:
+        """How the files of a commit of micro-batch ``part`` (or ``"audit"``) are named."""
+        return f"{self.batch.last}-{self.attempt}-{part}"
+
     def write(
         self,
         written: BatchWrite,
@@ -177,7 +193,6 @@ class EpochWriter:
         the batch's: its first micro-batch overwrites, the later ones append.
         """
         self.check_lease()
-        batch = self.batch
         location = self.location(table)
         if self.resumed:
             done = self._committed_before(table, location, part=part, audit=audit)
@@ -193,13 +208,55 @@ class EpochWriter:
                 frame=frame,
                 mode=mode,
                 base=base,
-                name=f"{batch.last}-{self.attempt}-{'audit' if audit else part}",
+                name=self.file_prefix("audit" if audit else part),
             )
-        overwrites = mode == "overwrite" and table not in written.versions
-        nothing = not (prepared.files or prepared.removes or prepared.deletes or overwrites)
+        return self._commit_new(
+            written,
+            table=table,
+            prepared=prepared,
+            part=part,
+            final=final,
+            overwrite=mode == "overwrite" and table not in written.versions,
+            base=base,
+            audit=audit,
+        )
+
+    def append_prepared(
+        self, written: BatchWrite, *, table: str, prepared: PreparedWrite, part: int, final: bool
+    ) -> BatchWrite:
+        """Commit micro-batch ``part`` of ``table`` from files written elsewhere (a source's
+        direct write, :attr:`etl.sources.base.SliceData.write`), as :meth:`write` commits
+        an ``append``; not for a resumed batch (:meth:`write` finds its earlier commits)."""
+        if self.resumed:
+            raise InternalError(f"table {table!r}: a resumed batch commits through write()")
+        self.check_lease()
+        return self._commit_new(
+            written,
+            table=table,
+            prepared=prepared,
+            part=part,
+            final=final,
+            overwrite=False,
+            base=written.versions.get(table),
+            audit=False,
+        )
+
+    def _commit_new(
+        self,
+        written: BatchWrite,
+        *,
+        table: str,
+        prepared: PreparedWrite,
+        part: int,
+        final: bool,
+        overwrite: bool,
+        base: int | None,
+        audit: bool,
+    ) -> BatchWrite:
+        nothing = not (prepared.files or prepared.removes or prepared.deletes or overwrite)
         # Even a batch without rows commits to create a table that does not exist yet (asked
         # only then: a look at the store).
-        if nothing and (base is not None or table_exists(location)):
+        if nothing and (base is not None or table_exists(self.location(table))):
             return written.counted(table)
         with self.clock.stage("commit"):
             return self.commit_prepared(
@@ -208,7 +265,7 @@ class EpochWriter:
                 prepared=prepared,
                 part=part,
                 final=final,
-                overwrite=overwrites,
+                overwrite=overwrite,
                 audit=audit,
             )
 
@@ -221,10 +278,8 @@ class EpochWriter:
         an updated key are rewritten and listed to be removed); without a ``base`` it creates
         the table, with the same check that no key appears twice.
         """
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         location = self.location(table)
-        schema = to_arrow_schema(frame.schema, timezone="UTC")
+        schema = frame_schema(frame)
         if mode == "merge" and base is not None:
             merged = merge_files(
                 self.spark,
@@ -232,7 +287,7 @@ class EpochWriter:
                 version=base,
                 updates=frame,
                 keys=self.job.keys,
-                partition_by=self.job.partition_by,
+                partition_by=self.partition_by(table),
                 file_prefix=name,
                 strategy=self.job.merge_strategy,
             )
@@ -245,7 +300,9 @@ class EpochWriter:
             )
         if mode == "merge":
             require_unique_keys(frame, location, list(self.job.keys))
-        files = write_files(frame, location, partition_by=self.job.partition_by, file_prefix=name)
+        files = write_files(
+            frame, location, partition_by=self.partition_by(table), file_prefix=name
+        )
         return PreparedWrite(schema=schema, files=tuple(files), rows=sum(f.rows for f in files))
 
     def commit_prepared(
@@ -323,7 +380,7 @@ class EpochWriter:
                     files,
                     schema=schema,
                     mode="overwrite" if overwrite else "append",
-                    partition_by=job.partition_by if table == job.output else (),
+                    partition_by=self.partition_by(table),
                     removes=removes,
                     deletes=deletes,
                     fence=self.fence,
@@ -429,5 +486,6 @@ __all__ = [
     "PreparedWrite",
     "commit_metadata",
     "current_version",
+    "frame_schema",
     "next_attempt",
 ]

@@ -14,7 +14,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+
+    from etl.delta.files import DataFile
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,53 @@ class SliceRequest:
 
 
 @dataclass(frozen=True)
+class TableTarget:
+    """A table the tasks of a direct write (:attr:`SliceData.write`) write files into."""
+
+    location: str
+    schema: pa.Schema
+    """The rows' Arrow schema, ``_epoch`` included: what the files hold and the commit
+    records (the engine derives it from the slice's frames, as it does for a DataFrame
+    write, so that a table written both ways has one schema)."""
+    partition_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DirectWrite:
+    """What the tasks of a direct write need: where each table's files go, and how they
+    are named and stamped."""
+
+    epoch: int
+    """The batch's last epoch: every row and reject gets it as ``_epoch``."""
+    file_prefix: str
+    """``<epoch>-<attempt>-<micro-batch>``, as the engine names every file of a commit."""
+    rows: TableTarget
+    rejects: TableTarget | None
+    """None: the job has no rejects table (the source's rejects are not kept)."""
+
+
+@dataclass(frozen=True)
+class WrittenTable:
+    """Parquet files a direct write put into one table, not committed yet."""
+
+    schema: pa.Schema
+    files: tuple[DataFile, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+
+@dataclass(frozen=True)
+class WrittenSlice:
+    """What a direct write returns: the files of the rows' table and of the rejects'
+    (None when :attr:`DirectWrite.rejects` was None)."""
+
+    rows: WrittenTable
+    rejects: WrittenTable | None
+
+
+@dataclass(frozen=True)
 class SliceData:
     """The rows of a slice, and the records that could not be decoded (or None)."""
 
@@ -56,6 +106,17 @@ class SliceData:
     rejects: DataFrame | None = None
     """Written to the job's rejects table; the engine adds ``_epoch`` (the batch's epoch)
     when the source does not tag them itself."""
+    write: Callable[[DirectWrite], WrittenSlice] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """Set by a source whose Spark tasks can write the slice themselves: the rows (exactly
+    ``rows`` plus ``_epoch``) and the rejects (exactly ``rejects``, with ``_epoch``) as
+    Parquet files straight into the tables, laid out, named and described as
+    :func:`etl.delta.files.write_arrow` does, in one Spark job that hands the driver only
+    the files' descriptors. The engine calls it instead of writing the frames when the job
+    copies the slice as it is (no transform, append mode) and does not resume a crashed
+    batch. A failed task attempt's files are never committed (orphans, removed by
+    ``etl maintain``)."""
 
 
 class Source(ABC):
@@ -107,8 +168,12 @@ class Source(ABC):
 
 
 __all__ = [
+    "DirectWrite",
     "SealedTable",
     "SliceData",
     "SliceRequest",
     "Source",
+    "TableTarget",
+    "WrittenSlice",
+    "WrittenTable",
 ]

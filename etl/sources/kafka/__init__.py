@@ -46,6 +46,12 @@ Reading
     once, and nothing is collected on the driver. The checkpoint is freed when both
     DataFrames are garbage collected.
 
+    A root job that copies the slice as it is (no transform, append mode) does not use
+    the DataFrames: the same tasks write the rows and the rejects, with ``_epoch``, as
+    Parquet files straight into both tables (``SliceData.write``, laid out and described
+    as :func:`etl.delta.files.write_arrow` does), and the driver collects only the files'
+    descriptors, in one Spark job per micro-batch, and commits them.
+
 Micro-batches
     With ``max_records_per_micro_batch`` the engine commits a slice in consecutive pieces
     of at most that many offsets (ranges in bounds order, split where a piece is full),

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from catalog import as_utc, validate_name
 from etl.delta.log import EPOCH_COLUMN
 from etl.errors import SourceError
-from etl.sources.base import SliceData, SliceRequest, Source
+from etl.sources.base import (
+    DirectWrite,
+    SliceData,
+    SliceRequest,
+    Source,
+    WrittenSlice,
+    WrittenTable,
+)
 from etl.sources.kafka.bounds import BarrierKind, Bounds, Range, micros
 from etl.sources.kafka.decode import (
     KIND_TAG,
@@ -27,7 +34,14 @@ from etl.sources.kafka.decode import (
     struct_members,
 )
 from etl.sources.kafka.errors import KafkaDataLossError, KafkaReadError, KafkaTopicError
-from etl.sources.kafka.task import POLL_MS, TaskPlan
+from etl.sources.kafka.task import (
+    POLL_MS,
+    REJECT_COLUMNS,
+    REJECTS_TABLE,
+    ROWS_TABLE,
+    SliceWriter,
+    TaskPlan,
+)
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, TopicPartition
@@ -472,6 +486,7 @@ class KafkaSource(Source):
         self.check_replayable(bounds, epoch=epoch)
         union = self._union_schema()
         row_columns = [f.name for f in self._row_fields()]
+        plan = None
         if pieces:
             plan = TaskPlan(
                 source=self.name,
@@ -495,21 +510,18 @@ class KafkaSource(Source):
             )
         else:
             tagged = spark.createDataFrame([], union)
+
+        def write(target: DirectWrite) -> WrittenSlice:
+            return _write_directly(spark, plan, tuple(row_columns), target)
+
         rows = tagged.where(F.col(KIND_TAG).isNull()).select(*row_columns)
         if not self.produces_rejects:
-            return SliceData(rows=rows)
+            return SliceData(rows=rows, write=write)
         rejects = tagged.where(F.col(KIND_TAG).isNotNull()).select(
-            F.col("_kafka_topic").alias("topic"),
-            F.col("_kafka_partition").alias("partition"),
-            F.col("_kafka_offset").alias("offset"),
-            F.col("_kafka_timestamp").alias("timestamp"),
-            F.col("_reject_key").alias("key"),
-            F.col("_reject_value").alias("value"),
-            F.col(KIND_TAG).alias("reason"),
-            F.col("_reject_detail").alias("detail"),
+            *(F.col(column).alias(name) for name, column in REJECT_COLUMNS.items()),
             F.lit(epoch).cast("long").alias(EPOCH_COLUMN),
         )
-        return SliceData(rows=rows, rejects=rejects)
+        return SliceData(rows=rows, rejects=rejects, write=write)
 
     def check_replayable(self, bounds: Mapping[str, object], *, epoch: int) -> None:
         """KafkaDataLossError (on the driver) if records of the slice were deleted."""
@@ -569,6 +581,33 @@ class KafkaSource(Source):
             StructField("_reject_detail", StringType(), True),
         ]
         return StructType(fields)
+
+
+def _write_directly(
+    spark: SparkSession, plan: TaskPlan | None, row_columns: tuple[str, ...], target: DirectWrite
+) -> WrittenSlice:
+    """The slice of ``plan`` written by its tasks (:class:`SliceWriter`) in one Spark job
+    that collects only the files' descriptors; nothing when the slice is empty."""
+    from etl.delta.files import WRITTEN_FILE, record_file
+
+    found: dict[str, list[Any]] = {ROWS_TABLE: [], REJECTS_TABLE: []}
+    if plan is not None:
+        task = SliceWriter(plan=plan, target=target, row_columns=row_columns)
+        described = (
+            spark.range(0, len(plan.pieces), 1, numPartitions=len(plan.pieces))
+            .mapInArrow(task.run, f"table string, {WRITTEN_FILE}")
+            .collect()
+        )
+        for row in described:
+            found[row["table"]].append(record_file(row.asDict()))
+
+    def written(table: str, schema: Any) -> WrittenTable:
+        return WrittenTable(schema, tuple(sorted(found[table], key=lambda f: f.path)))
+
+    return WrittenSlice(
+        rows=written(ROWS_TABLE, target.rows.schema),
+        rejects=written(REJECTS_TABLE, target.rejects.schema) if target.rejects else None,
+    )
 
 
 def _spark_is_active() -> bool:

@@ -2,6 +2,8 @@
 
 A :class:`TaskPlan` is pickled to the executors; each task reads its pieces (offset ranges)
 with its own consumer and yields one Arrow stream tagging every record as a row or a reject.
+A :class:`SliceWriter` task reads them alike and writes the rows and the rejects as Parquet
+files straight into their tables, yielding only the files' descriptors.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from etl.delta.log import EPOCH_COLUMN
 from etl.sources.kafka.bounds import Range, iso
 from etl.sources.kafka.bulk import bulk_parse_schema, decode_json_values
 from etl.sources.kafka.decode import (
@@ -32,8 +35,25 @@ if TYPE_CHECKING:
     from kafka import KafkaConsumer
     from pyspark.sql.types import StructType
 
+    from etl.delta.files import DataFile
+    from etl.sources.base import DirectWrite, TableTarget
+
 POLL_MS = 100
 _OUTPUT_BATCH_ROWS = 16_384
+
+REJECT_COLUMNS: Mapping[str, str] = {
+    "topic": "_kafka_topic",
+    "partition": "_kafka_partition",
+    "offset": "_kafka_offset",
+    "timestamp": "_kafka_timestamp",
+    "key": "_reject_key",
+    "value": "_reject_value",
+    "reason": KIND_TAG,
+    "detail": "_reject_detail",
+}
+"""The columns of a reject (before ``_epoch``), each from its column of the tagged stream."""
+ROWS_TABLE, REJECTS_TABLE = "rows", "rejects"
+"""How a :class:`SliceWriter` task tags the descriptors of the files it wrote."""
 
 
 @dataclass(frozen=True)
@@ -333,6 +353,62 @@ class BatchBuilder:
         return batch
 
 
+@dataclass(frozen=True)
+class SliceWriter:
+    """A Spark task that reads its pieces as :class:`TaskPlan` does and writes the rows
+    (``row_columns``) and the rejects (:data:`REJECT_COLUMNS`), each with ``_epoch``, as
+    Parquet files into their tables (pickled); it yields one descriptor per file, tagged
+    :data:`ROWS_TABLE` or :data:`REJECTS_TABLE`, in the columns ``table`` and
+    :data:`etl.delta.files.WRITTEN_FILE`."""
+
+    plan: TaskPlan
+    target: DirectWrite
+    row_columns: tuple[str, ...]
+
+    def run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from etl.delta.files import file_record
+
+        tagged = pa.Table.from_batches(list(self.plan.run(batches)), self.plan.arrow_schema)
+        rejected = pc.is_valid(tagged.column(KIND_TAG))
+        described = [
+            {"table": ROWS_TABLE, **file_record(f)}
+            for f in self._write(
+                tagged.filter(pc.invert(rejected)).select(list(self.row_columns)),
+                self.target.rows,
+            )
+        ]
+        if self.target.rejects is not None:
+            rejects = (
+                tagged.filter(rejected)
+                .select(list(REJECT_COLUMNS.values()))
+                .rename_columns(list(REJECT_COLUMNS))
+            )
+            described += [
+                {"table": REJECTS_TABLE, **file_record(f)}
+                for f in self._write(rejects, self.target.rejects)
+            ]
+        if described:
+            yield pa.RecordBatch.from_pylist(described)
+
+    def _write(self, rows: pa.Table, table: TableTarget) -> list[DataFile]:
+        import pyarrow as pa
+
+        from etl.delta.files import write_arrow
+
+        stamped = rows.append_column(
+            EPOCH_COLUMN, pa.repeat(pa.scalar(self.target.epoch, pa.int64()), rows.num_rows)
+        ).cast(table.schema)
+        return write_arrow(
+            stamped,
+            table.location,
+            partition_by=table.partition_by,
+            file_prefix=self.target.file_prefix,
+        )
+
+
 def pa_schema_of(schema: pa.Schema, names: list[str]) -> pa.Schema:
     """The fields ``names`` of ``schema``, in that order."""
     import pyarrow as pa
@@ -342,6 +418,10 @@ def pa_schema_of(schema: pa.Schema, names: list[str]) -> pa.Schema:
 
 __all__ = [
     "POLL_MS",
+    "REJECTS_TABLE",
+    "REJECT_COLUMNS",
+    "ROWS_TABLE",
     "BatchBuilder",
+    "SliceWriter",
     "TaskPlan",
 ]
