@@ -201,12 +201,12 @@ class BatchSessions:
                 session = self._spark.newSession()
                 # The session's catalog of temporary views (one py4j round trip to clear).
                 views = session._jsparkSession.sessionState().catalog()
-                defaults = {k: session.conf.get(k) for k in SMALL_BATCH_CONF}
+                defaults = {k: str(session.conf.get(k)) for k in SMALL_BATCH_CONF}
                 self._sessions[key] = (session, views, defaults)
                 return session
-        session, views, defaults = kept
+        session, views, settings = kept
         views.clearTempTables()
-        for name, value in defaults.items():
+        for name, value in settings.items():
             session.conf.set(name, value)
         return session
 
