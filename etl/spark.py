@@ -6,8 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
@@ -166,13 +168,51 @@ SMALL_BATCH_CONF = {
 
 
 def configure_small_batch(session: SparkSession) -> None:
-    """Set :data:`SMALL_BATCH_CONF` on a batch's own session (``newSession``: the settings
-    stay with that batch, other sessions keep theirs)."""
+    """Set :data:`SMALL_BATCH_CONF` on a batch's own session (``newSession``, or one of
+    :class:`BatchSessions`: the settings stay with that batch, other sessions keep theirs)."""
     for key, value in SMALL_BATCH_CONF.items():
         session.conf.set(key, value)
 
 
+class BatchSessions:
+    """Spark sessions reused batch after batch, one per key (a job).
+
+    A new session builds its own state (catalog, analyzer, settings) at its first query:
+    about 18 ms of driver JVM CPU, per batch when every batch has a session of its own. A
+    reused session is handed out as a new one would be: without temporary views (all of
+    the session's are dropped) and with :data:`SMALL_BATCH_CONF`'s keys at a new
+    session's values. Only for batches that change nothing else in their session (the
+    engine's own views and settings: a SQL transform's, none); a Python transform may
+    change anything (settings, functions, cached tables) and gets a new session.
+
+    One batch at a time per key: a job runs one batch at a time.
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._spark = spark
+        self._sessions: dict[str, tuple[SparkSession, Any, Mapping[str, str]]] = {}
+        self._lock = threading.Lock()
+
+    def session(self, key: str) -> SparkSession:
+        """``key``'s session, without temporary views, with a new session's settings."""
+        with self._lock:
+            kept = self._sessions.get(key)
+            if kept is None:
+                session = self._spark.newSession()
+                # The session's catalog of temporary views (one py4j round trip to clear).
+                views = session._jsparkSession.sessionState().catalog()
+                defaults = {k: str(session.conf.get(k)) for k in SMALL_BATCH_CONF}
+                self._sessions[key] = (session, views, defaults)
+                return session
+        session, views, settings = kept
+        views.clearTempTables()
+        for name, value in settings.items():
+            session.conf.set(name, value)
+        return session
+
+
 __all__ = [
+    "BatchSessions",
     "JVM_BOOT_NOTICES",
     "MASTER_CONNECT_TIMEOUT",
     "check_master",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -36,13 +37,14 @@ from etl.delta.dv import DeletionVector
 from etl.delta.layout import filesystem, normalize_location
 from etl.delta.logfile import (
     DELETION_VECTORS,
+    LOG_DIR,
     active_adds,
     deletion_vector,
     entry_stamp,
     log_versions,
 )
 from etl.errors import DeltaIOError, UnsupportedTableFeatureError
-from etl.storage import storage_options
+from etl.storage import is_local, storage_options
 
 EPOCH_COLUMN = "_epoch"
 """The column every row written by a job carries: the epoch it belongs to."""
@@ -89,11 +91,16 @@ def loaded_table(
     on an object store, and a job opens its tables several times per epoch (read, merge,
     commit, recovery). So the tables loaded here are kept per location after use and
     brought forward to the next version asked for by reading only the log entries after
-    the kept version (delta-rs' ``load_as_version``, ``update_incremental``). The latest
-    version is found by listing the log after the kept one, as a fresh open does: a kept
-    state is never a stale "latest". A commit on a stale state would fail anyway (a log
-    entry is put if absent); a kept state whose version's entry changed (the table was
-    deleted and created again) or is gone is dropped, and the table opened afresh.
+    the kept version (delta-rs' ``load_as_version``, ``update_incremental``). Whether a
+    kept state is still the latest version is asked of the next version's entry alone (one
+    HEAD on an object store, where listing the log is a LIST that grows with the history):
+    entries are written one after another, each put if absent, so while entry ``v + 1`` is
+    absent no version after ``v`` exists; once it is there, the log is read on from ``v``
+    as a fresh open does. A kept state is never a stale "latest" (a reader sees every
+    version it was told exists, the commit path every commit of another writer). A commit
+    on a stale state would fail anyway (a log entry is put if absent); a kept state whose
+    version's entry changed (the table was deleted and created again) or is gone is
+    dropped, and the table opened afresh.
 
     Each use has the loaded table to itself: one kept for the location, else a new one
     (a nested use of the same table opens another). A use that raises drops its table.
@@ -133,12 +140,32 @@ def _kept(location: str, version: int | None) -> tuple[DeltaTable, int, tuple[in
         return None
     try:
         if version is None:
-            table.update_incremental()
+            # Entry kept_at is there (checked above) and kept_at + 1 is not: kept_at is the
+            # latest. Only log cleanup removes entries (never Delta Barrier's commits; another
+            # writer's, of entries past the log retention, 30 days by default, and older than
+            # a checkpoint): a state kept that long could read as the latest only while a
+            # cleanup has deleted its successor and not yet its own entry.
+            if _entry_written(location, kept_at + 1):
+                table.update_incremental()
         elif version > table.version():
             table.load_as_version(version)
     except DeltaError:  # e.g. entries after it cleaned up: a fresh open says what is wrong
         return None
     return table, kept_at, stamp
+
+
+def _entry_written(location: str, version: int) -> bool:
+    """Whether log entry ``version`` exists: one HEAD on an object store (Arrow's
+    ``get_file_info`` of an absent key lists the prefix too, to tell a directory)."""
+    name = f"{version:020d}.json"
+    if is_local(location):
+        return os.path.isfile(os.path.join(location, LOG_DIR, name))
+    fs, root = filesystem(location)
+    try:
+        fs.open_input_file(f"{root}/{LOG_DIR}/{name}").close()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _keep(location: str, table: DeltaTable, stamp: tuple[int, int] | None) -> None:

@@ -63,7 +63,7 @@ from etl.errors import (
 from etl.faults import maybe_crash
 from etl.pipeline import EpochContext, Job, Pipeline
 from etl.sources.base import DirectWrite, SealedTable, SliceRequest, TableTarget, WrittenSlice
-from etl.spark import SMALL_BATCH_BYTES, configure_small_batch
+from etl.spark import SMALL_BATCH_BYTES, BatchSessions, configure_small_batch
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +204,9 @@ class EpochEngine:
         self._epochs: OrderedDict[int, Epoch] = OrderedDict()
         """The epochs :meth:`epoch` looked up lately (every job of the pipeline runs each)."""
         self._epochs_lock = threading.Lock()
+        self._sessions = BatchSessions(spark)
+        """The sessions of the jobs whose batches change nothing in them but views and
+        the small-batch settings (SQL transforms, none)."""
 
     def location(self, table: str) -> str:
         """Where ``table`` lives: asked of the catalog once per engine, since the catalog
@@ -296,7 +299,12 @@ class EpochEngine:
                 self.catalog, {t: self.location(t) for t in self.pipeline.tables_of(job)}, batch
             )
             self._attempts[job.name] = (batch.last, attempt)
-            session = self.spark.newSession()
+            # A Python transform may change its session in any way: a new one each batch.
+            session = (
+                self.spark.newSession()
+                if callable(job.transform)
+                else self._sessions.session(job.name)
+            )
             writer = self.writer(
                 job, batch, attempt=attempt, lease=lease, check_lease=check_lease, clock=clock
             )

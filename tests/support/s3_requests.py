@@ -28,7 +28,8 @@ HEAD = "HEAD"
 DELETE = "DELETE"
 KINDS = (LOG_GET, LIST, DATA_GET, WRITE, HEAD, DELETE)
 
-_REQUEST = re.compile(r'"(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP/[0-9.]+"')
+# werkzeug colours the request of an error response (a 404, a 412) with ANSI escapes.
+_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)?(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP/[0-9.]+')
 
 
 def request_kind(method: str, target: str) -> str:

@@ -1,0 +1,61 @@
+"""Issue 28: a job's batches reuse one Spark session, handed out as a new one would be.
+
+A new session costs its first query the building of its state; the engine reuses one per
+job whose batches change nothing in it but the views and the small-batch settings (SQL
+transforms, none). Nothing of one batch may reach the next: no temporary view (a view of
+the job's output registered by one batch and not the next would be read stale), and the
+settings of a new session, not the small-batch ones of the batch before.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from etl.spark import SMALL_BATCH_CONF, BatchSessions, configure_small_batch
+
+
+@pytest.fixture
+def sessions(spark) -> BatchSessions:
+    return BatchSessions(spark)
+
+
+def _settings(session) -> dict[str, str]:
+    return {key: session.conf.get(key) for key in SMALL_BATCH_CONF}
+
+
+def test_a_reused_session_has_none_of_the_last_batchs_views(spark, sessions):
+    first = sessions.session("job")
+    first.range(3).createOrReplaceTempView("previous_output")
+    first.range(2).createOrReplaceTempView("an_input")
+    assert first.catalog.tableExists("previous_output")
+
+    second = sessions.session("job")
+    assert second is first  # reused, not built again
+    assert not second.catalog.tableExists("previous_output")
+    assert not second.catalog.tableExists("an_input")
+    with pytest.raises(Exception, match="previous_output"):
+        second.sql("SELECT * FROM previous_output").collect()
+
+
+def test_a_reused_session_has_a_new_sessions_settings_after_a_small_batch(spark, sessions):
+    new = _settings(spark.newSession())
+    assert new != SMALL_BATCH_CONF  # the test session keeps Spark's own settings
+    first = sessions.session("job")
+    assert _settings(first) == new
+    configure_small_batch(first)
+    assert _settings(first) == SMALL_BATCH_CONF
+
+    second = sessions.session("job")
+    assert second is first
+    assert _settings(second) == new
+    # The session the job was built from is untouched.
+    assert spark.conf.get("spark.sql.shuffle.partitions") == new["spark.sql.shuffle.partitions"]
+
+
+def test_each_job_has_a_session_of_its_own(spark, sessions):
+    one, other = sessions.session("a"), sessions.session("b")
+    assert one is not other
+    one.range(1).createOrReplaceTempView("only_in_a")
+    assert not other.catalog.tableExists("only_in_a")
+    configure_small_batch(one)
+    assert _settings(other) == _settings(spark.newSession())
