@@ -451,17 +451,8 @@ def estimated_bytes(df: DataFrame) -> int:
 
 def collect_small(df: DataFrame, max_rows: int) -> pa.Table | None:
     """``df`` as an Arrow table (timestamps in UTC) if it has at most ``max_rows`` rows,
-    else None; one Spark job of one stage, which holds at most ``max_rows + 1`` rows in the
-    driver. The rows come in ``df``'s order (its partitions' rows one after another).
-
-    ``df``'s partitions are read one after another by a single task (a coalesce, no
-    shuffle) that stops after ``max_rows + 1`` rows. A plain ``limit`` on a frame of
-    several partitions costs a second stage instead: each task keeps ``max_rows + 1`` rows
-    and Spark shuffles them all to one partition before the limit (``CollectLimitExec``),
-    which on a small frame costs more than the rows it would save. The callers collect only
-    frames they expect to be small, so the one task has little to read.
-    """
-    rows = df.coalesce(1).limit(max_rows + 1).toArrow()
+    else None; one Spark job, which holds at most ``max_rows + 1`` rows in the driver."""
+    rows = df.limit(max_rows + 1).toArrow()
     return rows if rows.num_rows <= max_rows else None
 
 
