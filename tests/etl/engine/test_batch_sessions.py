@@ -38,6 +38,7 @@ def test_a_reused_session_has_none_of_the_last_batchs_views(spark, sessions):
 
 
 def test_a_reused_session_has_a_new_sessions_settings_after_a_small_batch(spark, sessions):
+    own = _settings(spark)  # the suite's shared session: other tests may have set some
     new = _settings(spark.newSession())
     assert new != SMALL_BATCH_CONF  # the test session keeps Spark's own settings
     first = sessions.session("job")
@@ -49,7 +50,7 @@ def test_a_reused_session_has_a_new_sessions_settings_after_a_small_batch(spark,
     assert second is first
     assert _settings(second) == new
     # The session the job was built from is untouched.
-    assert spark.conf.get("spark.sql.shuffle.partitions") == new["spark.sql.shuffle.partitions"]
+    assert _settings(spark) == own
 
 
 def test_each_job_has_a_session_of_its_own(spark, sessions):
