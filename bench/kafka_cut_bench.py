@@ -3,7 +3,9 @@
 Starts a local tansu broker and, for each N in ``TAILS`` (``DB_BENCH_CUT_TAILS``), a topic
 of ``PARTITIONS`` partitions holding ``BEFORE`` records per partition produced before the
 barrier and N produced after it (CreateTime timestamps, a short pause either side of the
-barrier). Then, ``REPEATS`` times each, medians printed:
+barrier). The default N are just past 1,024, 1,024 + 4,096 and 1,024 + 4,096 + 16,384: the
+worst cases of a search back from the end in windows growing fourfold. Then, ``REPEATS``
+times each, medians printed:
 
 (a) a plain kafka-python consume of the tail: one consumer (made beforehand) assigned to
     every partition, seeked to the first record after the barrier, polled to the end;
@@ -11,7 +13,8 @@ barrier). Then, ``REPEATS`` times each, medians printed:
     end offsets, close;
 (c) ``KafkaSource.cut`` from the topic's beginning (no previous slice) to the barrier.
 
-Prints seconds and the ratios (c)/(a) and (b)/(c). The cut's ranges are checked against
+Prints wall and CPU seconds (this process, all threads; the broker is left out), the ratios
+(c)/(a) of both and the share (b)/(c) of the cut's wall time. The cut's ranges are checked against
 the ends computed from every record's timestamp. Run: ``python -m bench kafka_cut``.
 """
 
@@ -25,7 +28,7 @@ from bench._common import env_int, env_ints, load_average, median
 
 PARTITIONS = 4
 BEFORE = env_int("DB_BENCH_CUT_BEFORE", 20_000)
-TAILS = env_ints("DB_BENCH_CUT_TAILS", (1_000, 5_000, 20_000))
+TAILS = env_ints("DB_BENCH_CUT_TAILS", (1_100, 5_200, 21_600))
 REPEATS = env_int("DB_BENCH_CUT_REPEATS", 5)
 PAUSE_S = 0.05
 
@@ -69,7 +72,19 @@ def _expected_ends(stamps: dict[int, list[tuple[int, int]]], barrier_ms: int) ->
     }
 
 
-def _plain_tail(bootstrap: str, topic: str, firsts: dict[int, int], ends: dict[int, int]) -> float:
+class _Clock:
+    """Wall and CPU seconds (of this process) since it was made."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def read(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def _plain_tail(
+    bootstrap: str, topic: str, firsts: dict[int, int], ends: dict[int, int]
+) -> tuple[float, float]:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -82,7 +97,7 @@ def _plain_tail(bootstrap: str, topic: str, firsts: dict[int, int], ends: dict[i
     partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     consumer.assign(partitions)
     consumer.position(partitions[0])  # connected and the metadata known before timing
-    start = time.perf_counter()
+    clock = _Clock()
     for tp in partitions:
         consumer.seek(tp, firsts[tp.partition])
     pending = {tp for tp in partitions if firsts[tp.partition] < ends[tp.partition]}
@@ -90,7 +105,7 @@ def _plain_tail(bootstrap: str, topic: str, firsts: dict[int, int], ends: dict[i
         for tp, records in consumer.poll(timeout_ms=1000).items():
             if records[-1].offset + 1 >= ends[tp.partition]:
                 pending.discard(tp)
-    elapsed = time.perf_counter() - start
+    elapsed = clock.read()
     consumer.close()
     return elapsed
 
@@ -110,7 +125,7 @@ def _set_up(bootstrap: str, topic: str) -> float:
     return time.perf_counter() - start
 
 
-def _case(bootstrap: str, broker, tail: int) -> tuple[float, float, float]:
+def _case(bootstrap: str, broker, tail: int) -> dict[str, float]:
     from etl.sources.base import SliceRequest
     from etl.sources.kafka import KafkaSource
 
@@ -132,13 +147,19 @@ def _case(bootstrap: str, broker, tail: int) -> tuple[float, float, float]:
     for _ in range(REPEATS):
         plain.append(_plain_tail(bootstrap, topic, expected, log_ends))
         set_up.append(_set_up(bootstrap, topic))
-        start = time.perf_counter()
+        clock = _Clock()
         bounds = source.cut(request)
-        cut.append(time.perf_counter() - start)
+        cut.append(clock.read())
         got = {r["partition"]: r["end"] for r in bounds["ranges"]}
         if got != expected:
             raise SystemExit(f"the cut of {topic} ends at {got}, not at {expected}")
-    return median(plain), median(set_up), median(cut)
+    return {
+        "plain_wall": median([wall for wall, _ in plain]),
+        "plain_cpu": median([cpu for _, cpu in plain]),
+        "set_up": median(set_up),
+        "cut_wall": median([wall for wall, _ in cut]),
+        "cut_cpu": median([cpu for _, cpu in cut]),
+    }
 
 
 def main() -> None:
@@ -149,15 +170,17 @@ def main() -> None:
         f"medians of {REPEATS}"
     )
     print(
-        f"{'after/partition':>15} {'(a) tail s':>11} {'(b) set-up s':>13} {'(c) cut s':>10} "
-        f"{'(c)/(a)':>8} {'(b)/(c)':>8}"
+        f"{'after/partition':>15} {'(a) wall':>9} {'CPU':>6} {'(b) wall':>9} {'(c) wall':>9} "
+        f"{'CPU':>6} {'(c)/(a) wall':>13} {'CPU':>6} {'(b)/(c)':>8}"
     )
     with TansuBroker() as broker:
         for tail in TAILS:
-            plain, set_up, cut = _case(broker.bootstrap_servers, broker, tail)
+            t = _case(broker.bootstrap_servers, broker, tail)
             print(
-                f"{tail:>15,} {plain:>11.3f} {set_up:>13.3f} {cut:>10.3f} "
-                f"{cut / plain:>8.2f} {set_up / cut:>8.2f}",
+                f"{tail:>15,} {t['plain_wall']:>9.3f} {t['plain_cpu']:>6.3f} {t['set_up']:>9.3f} "
+                f"{t['cut_wall']:>9.3f} {t['cut_cpu']:>6.3f} "
+                f"{t['cut_wall'] / t['plain_wall']:>13.2f} {t['cut_cpu'] / t['plain_cpu']:>6.2f} "
+                f"{t['set_up'] / t['cut_wall']:>8.2f}",
                 flush=True,
             )
     print(load_average())
