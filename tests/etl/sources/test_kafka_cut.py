@@ -4,14 +4,19 @@ A slice of a partition ends one past the last record (highest offset) whose time
 or before the barrier (-1 counts as at or before), and never before where the previous slice
 ended. The cut reads from where the broker's ListOffsets-by-timestamp says the records after
 the barrier begin, which is only a hint: timestamps here are out of order, -1, equal to the
-barrier, and tansu answers by batch append time, so the hint is often wrong both ways.
+barrier, and tansu answers by batch append time, so the hint is often wrong both ways. The
+cut must also be exact when the answer is any offset at all, none, or an error: those
+answers replace the broker's for the cut's consumer (everything else is the broker's).
 """
 
 from __future__ import annotations
 
 import random
 import time
+import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Literal
 
 import pytest
 
@@ -104,22 +109,60 @@ def _previous(topic: str, starts: dict[int, int], barrier_ms: int) -> dict[str, 
     return Bounds("system_time", _at(barrier_ms), None, ranges).to_json()
 
 
-def test_the_cut_ends_where_a_scan_of_every_record_says(
-    kafka_bootstrap, kafka_broker, kafka_producer
-):
-    rng = random.Random(28)
-    topic = f"cut_{rng.getrandbits(40):x}"
+@dataclass(frozen=True)
+class Produced:
+    topic: str
+    records: dict[int, list[tuple[int, int]]]
+    """(offset, timestamp) of every record, per partition."""
+    between: list[int]
+
+
+@pytest.fixture(scope="module")
+def produced(kafka_bootstrap, kafka_broker, kafka_producer) -> Produced:
+    topic = f"cut_{uuid.uuid4().hex[:12]}"
     kafka_broker.create_topics({topic: PARTITIONS})
-    before_all = _now_ms() - 60_000
-    between = _produce_waves(kafka_producer, topic, rng)
-    records = _all_records(kafka_bootstrap, topic)
+    between = _produce_waves(kafka_producer, topic, random.Random(28))
+    return Produced(topic, _all_records(kafka_bootstrap, topic), between)
+
+
+HintAnswer = Literal["broker", "random", "none", "error"]
+
+
+def _answer_hints(monkeypatch, answer: HintAnswer, rng: random.Random) -> None:
+    """Replace the broker's answer to ListOffsets by timestamp (the cut's hint), for the
+    cut's own consumer: any offset (past the end, below the slice), none, or an error."""
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaTimeoutError
+    from kafka.structs import OffsetAndTimestamp
+
+    def answered(consumer, timestamps, timeout_ms=None):
+        if answer == "error":
+            raise KafkaTimeoutError("no answer to ListOffsets")
+        return {
+            tp: None
+            if answer == "none"
+            else OffsetAndTimestamp(rng.randrange(0, 2_800), at + rng.randrange(0, 99), -1)
+            for tp, at in timestamps.items()
+        }
+
+    if answer != "broker":
+        monkeypatch.setattr(KafkaConsumer, "offsets_for_times", answered)
+
+
+@pytest.mark.parametrize("answer", ["broker", "random", "none", "error"])
+def test_the_cut_ends_where_a_scan_of_every_record_says(
+    kafka_bootstrap, produced, monkeypatch, answer: HintAnswer
+):
+    rng = random.Random(answer)
+    records = produced.records
     stamps = sorted({ts for rs in records.values() for _, ts in rs if ts >= 0})
     barriers = sorted(
-        {before_all, _now_ms() + 7_200_000, *between}
-        | {ts + delta for ts in rng.sample(stamps, 12) for delta in (-1, 0)}
+        {stamps[0] - 60_000, stamps[-1] + 60_000, *produced.between}
+        | {ts + delta for ts in rng.sample(stamps, 8) for delta in (-1, 0)}
     )
+    _answer_hints(monkeypatch, answer, rng)
     source = KafkaSource(
-        "cut", topics=[topic], bootstrap_servers=kafka_bootstrap, value_format="bytes"
+        "cut", topics=[produced.topic], bootstrap_servers=kafka_bootstrap, value_format="bytes"
     )
 
     for barrier_ms in barriers:
@@ -127,7 +170,9 @@ def test_the_cut_ends_where_a_scan_of_every_record_says(
             {p: 0 for p in range(PARTITIONS)},
             {p: rng.randrange(0, len(rs) + 1) for p, rs in records.items()},
         ):
-            previous = _previous(topic, starts, barrier_ms - 1) if any(starts.values()) else None
+            previous = (
+                _previous(produced.topic, starts, barrier_ms - 1) if any(starts.values()) else None
+            )
             bounds = source.cut(
                 SliceRequest(
                     epoch=2, first_epoch=2, barrier_ts=_at(barrier_ms), previous_bounds=previous
