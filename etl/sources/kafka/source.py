@@ -327,43 +327,72 @@ class KafkaSource(Source):
                     )
                 starts[tp] = start
             # ListOffsets "latest" is a lower bound of the log end (exact on Kafka, the last
-            # batch's base offset + 1 on tansu): read on from one record before it.
-            scan_from = {tp: max(starts[tp], reported_end[tp] - 1) for tp in partitions}
+            # batch's base offset + 1 on tansu): read on from one record before it, or from
+            # one before where the records after the barrier probably begin if that is lower.
+            hints = self._after_barrier_hints(consumer, partitions, barrier_ms)
+            scan_from = {
+                tp: max(starts[tp], min(reported_end[tp], hints.get(tp, reported_end[tp])) - 1)
+                for tp in partitions
+            }
             tails = self._scan(consumer, {tp: (scan_from[tp], None) for tp in partitions})
-            ranges = []
             for tp in partitions:
-                tail = tails[tp]
-                if tail.end < starts[tp]:
+                if tails[tp].end < starts[tp]:
                     raise KafkaTopicError(
                         source=self.name,
                         topic=tp.topic,
                         partition=tp.partition,
-                        problem=f"ends at offset {tail.end}, before offset {starts[tp]} where "
-                        "the previous slice ended: the topic was recreated or truncated",
+                        problem=f"ends at offset {tails[tp].end}, before offset {starts[tp]} "
+                        "where the previous slice ended: the topic was recreated or truncated",
                     )
-                end = self._barrier_end(consumer, tp, starts[tp], scan_from[tp], tail, barrier_ms)
-                ranges.append(Range(tp.topic, tp.partition, starts[tp], end))
+            ends = self._barrier_ends(consumer, starts, scan_from, tails, barrier_ms)
+            ranges = [Range(tp.topic, tp.partition, starts[tp], ends[tp]) for tp in partitions]
         finally:
             consumer.close()
         return Bounds(self.barrier, barrier_ts, late_before, tuple(ranges)).to_json()
 
-    def _barrier_end(
+    def _after_barrier_hints(
+        self, consumer: KafkaConsumer, partitions: list[TopicPartition], barrier_ms: int
+    ) -> dict[TopicPartition, int]:
+        """Per partition, the broker's first offset with a timestamp after the barrier.
+
+        Only a hint of where to start reading: timestamps need not grow with offsets, and
+        brokers answer coarsely (tansu per batch, by append time). The cut is exact
+        whatever it is. Answers whose timestamp is not after the barrier (tansu's offset 0
+        past the end) are dropped: reading from them would cost, not help.
+        """
+        from kafka.errors import KafkaError
+
+        try:
+            answers = consumer.offsets_for_times({tp: barrier_ms + 1 for tp in partitions})
+        except KafkaError:
+            return {}
+        return {
+            tp: answer.offset
+            for tp, answer in answers.items()
+            if answer is not None and answer.timestamp > barrier_ms
+        }
+
+    def _barrier_ends(
         self,
         consumer: KafkaConsumer,
-        tp: TopicPartition,
-        start: int,
-        scan_from: int,
-        tail: _Scanned,
+        starts: Mapping[TopicPartition, int],
+        scan_from: Mapping[TopicPartition, int],
+        tails: Mapping[TopicPartition, _Scanned],
         barrier_ms: int,
-    ) -> int:
-        """One past the last record at or before the barrier, searching back from the end."""
-        found = tail.last_at_or_before(barrier_ms)
-        high, width = scan_from, _WINDOW_FIRST
-        while found is None and high > start:
-            low = max(start, high - width)
-            found = self._scan(consumer, {tp: (low, high)})[tp].last_at_or_before(barrier_ms)
-            high, width = low, width * 4
-        return start if found is None else found + 1
+    ) -> dict[TopicPartition, int]:
+        """One past the last record at or before the barrier, per partition: in its tail
+        (read from ``scan_from`` to the end), else searching back below it in windows that
+        grow fourfold, the partitions still searching read together."""
+        found = {tp: tail.last_at_or_before(barrier_ms) for tp, tail in tails.items()}
+        high, width = dict(scan_from), _WINDOW_FIRST
+        while searching := [tp for tp, at in found.items() if at is None and high[tp] > starts[tp]]:
+            low = {tp: max(starts[tp], high[tp] - width) for tp in searching}
+            windows = self._scan(consumer, {tp: (low[tp], high[tp]) for tp in searching})
+            for tp in searching:
+                found[tp] = windows[tp].last_at_or_before(barrier_ms)
+                high[tp] = low[tp]
+            width *= 4
+        return {tp: starts[tp] if at is None else at + 1 for tp, at in found.items()}
 
     def _scan(
         self, consumer: KafkaConsumer, plan: Mapping[TopicPartition, tuple[int, int | None]]
