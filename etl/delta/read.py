@@ -159,7 +159,6 @@ def _scan(
     schema = spark_schema(table)
     names = [f.name for f in schema.fields]
     partition_by = list(table.metadata().partition_columns)
-    output = [F.col(f"`{n}`") for n in names]
     meta = []
     if with_file_path:
         meta.append(F.col("_metadata.file_path").alias(FILE_PATH_COLUMN))
@@ -183,7 +182,8 @@ def _scan(
         frame = _read_parquet(spark, location, schema, paths, recursiveFileLookup="true")
         # The read has the schema's columns in order: a projection of them all would only
         # cost Spark another analysis of the plan.
-        return frame.select(*output, *meta) if meta else frame
+        return frame.select(*[F.col(f"`{n}`") for n in names], *meta) if meta else frame
+    output = [F.col(f"`{n}`") for n in names]
     if _follows_hive_layout(schema, partition_by, files):
         # One scan; Spark parses the partition directories and casts them to the types of
         # the given schema (no type inference: "007" stays the string "007").
