@@ -258,8 +258,8 @@ def write_files(
     location = normalize_location(location)
     partition_by = tuple(partition_by)
     check_write_options(df, location, partition_by=partition_by, file_prefix=file_prefix)
-    if collect_rows > 0 and estimated_bytes(df) <= collect_bytes:
-        rows = collect_small(df, collect_rows)
+    if collect_rows > 0:
+        rows = collect_small(df, collect_rows, collect_bytes)
         if rows is not None:
             return write_arrow(rows, location, partition_by=partition_by, file_prefix=file_prefix)
     fs, root = filesystem(location)
@@ -443,17 +443,30 @@ def write_data_file(
     )
 
 
-def estimated_bytes(df: DataFrame) -> int:
-    """Spark's estimate of ``df``'s size (optimizer statistics: planning, no Spark job)."""
-    # A Scala BigInt: py4j hands over a Python int or an object whose str is the number.
-    return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
-
-
-def collect_small(df: DataFrame, max_rows: int) -> pa.Table | None:
-    """``df`` as an Arrow table (timestamps in UTC) if it has at most ``max_rows`` rows,
-    else None; one Spark job, which holds at most ``max_rows + 1`` rows in the driver."""
-    rows = df.limit(max_rows + 1).toArrow()
+def collect_small(df: DataFrame, max_rows: int, max_bytes: int | None = None) -> pa.Table | None:
+    """``df`` as an Arrow table (timestamps in UTC) if it has at most ``max_rows`` rows
+    and, with ``max_bytes``, Spark's optimizer estimates it at most ``max_bytes``; else
+    None. One Spark job, which holds at most ``max_rows + 1`` rows in the driver; the
+    estimate (planning, no job) is read off the plan the job then runs, not a plan of its own."""
+    limited = df.limit(max_rows + 1)
+    if max_bytes is not None and _estimated_bytes_under_limit(limited) > max_bytes:
+        return None
+    rows = limited.toArrow()
     return rows if rows.num_rows <= max_rows else None
+
+
+_LIMITS = ("GlobalLimit", "LocalLimit")
+
+
+def _estimated_bytes_under_limit(limited: DataFrame) -> int:
+    """Spark's estimate of the rows a ``limit`` frame limits (a limit's own estimate is its
+    row bound times a row's width): the optimizer's statistics of the plan below the
+    limit, from the optimized plan of ``limited`` (which its action reuses)."""
+    plan = limited._jdf.queryExecution().optimizedPlan()
+    while plan.nodeName() in _LIMITS:
+        plan = plan.child()
+    # A Scala BigInt: py4j hands over a Python int or an object whose str is the number.
+    return int(str(plan.stats().sizeInBytes()))
 
 
 def write_arrow(
@@ -550,7 +563,6 @@ __all__ = [
     "WRITTEN_FILE",
     "check_write_options",
     "collect_small",
-    "estimated_bytes",
     "file_record",
     "file_statistics",
     "record_file",

@@ -13,7 +13,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -224,11 +224,29 @@ class ActiveFile:
     """Typed partition values (None for null)."""
     min_values: Mapping[str, Any]
     max_values: Mapping[str, Any]
+    null_counts: Mapping[str, int | None] = field(default_factory=dict)
+    """nullCount of the file's statistics, per column (physical rows)."""
     rows: int | None = None
     """numRecords of the file's statistics (physical rows, deleted ones included); None
     when the log has none."""
     deletion_vector: DeletionVector | None = None
     """The rows of the file this version deletes (Delta protocol, "Deletion Vectors")."""
+
+    def only_epochs(self, first: int, last: int) -> bool:
+        """Whether the log shows that every row of the file has its :data:`EPOCH_COLUMN`
+        in [first, last]: by its partition value, else by its statistics (bounds inside,
+        no null); False when it cannot tell."""
+        if EPOCH_COLUMN in self.partition_values:
+            value = self.partition_values[EPOCH_COLUMN]
+            return value is not None and first <= value <= last
+        low, high = self.min_values.get(EPOCH_COLUMN), self.max_values.get(EPOCH_COLUMN)
+        return (
+            low is not None
+            and high is not None
+            and self.null_counts.get(EPOCH_COLUMN) == 0
+            and first <= low
+            and high <= last
+        )
 
     @property
     def live_rows(self) -> int | None:
@@ -260,7 +278,7 @@ def active_files(table: DeltaTable, *, epochs: tuple[int, int] | None = None) ->
     rows = actions.select(
         [
             c
-            for c in ("path", "size_bytes", "partition", "min", "max", "num_records")
+            for c in ("path", "size_bytes", "partition", "min", "max", "null_count", "num_records")
             if c in columns
         ]
     ).to_pylist()
@@ -280,6 +298,7 @@ def active_files(table: DeltaTable, *, epochs: tuple[int, int] | None = None) ->
             partition_values=row.get("partition") or {},
             min_values=row.get("min") or {},
             max_values=row.get("max") or {},
+            null_counts=row.get("null_count") or {},
             rows=row.get("num_records"),
             deletion_vector=dvs.get(unquote(row["path"])),
         )

@@ -193,6 +193,13 @@ class _Merge:
 
         return [F.col(f"`{name}`") for name in names]
 
+    def aligned(self, updates: DataFrame) -> DataFrame:
+        """``updates`` with the merged rows' columns in order: as it is when it has them
+        already (a projection of every column would only cost Spark another analysis)."""
+        if updates.columns == self.names:
+            return updates
+        return updates.select(*self.columns(self.names))
+
     def any_null_key(self) -> Column:
         return reduce(lambda a, b: a | b, [c.isNull() for c in self.columns(self.keys)])
 
@@ -206,7 +213,7 @@ class _Merge:
         by delta-rs (deletion vectors applied) and the upsert is an Arrow anti-join on the
         keys: no second Spark job, shuffle or window over the table.
         """
-        rows = collect_small(updates.select(*self.columns(self.names)), collect_rows)
+        rows = collect_small(self.aligned(updates), collect_rows)
         if rows is None:
             return None
         if rows.num_rows == 0:
@@ -256,8 +263,7 @@ class _Merge:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        columns = self.columns(self.names)
-        rows = updates.select(*columns)
+        rows = self.aligned(updates)
         persisted = not updates.is_cached
         if persisted:
             # Read three times below; a recomputed transform could even differ.
@@ -317,7 +323,7 @@ class _Merge:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        rows = updates.select(*self.columns(self.names))
+        rows = self.aligned(updates)
         persisted = not updates.is_cached
         if persisted:
             rows = rows.persist(StorageLevel.MEMORY_AND_DISK)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -158,7 +159,6 @@ def _scan(
     schema = spark_schema(table)
     names = [f.name for f in schema.fields]
     partition_by = list(table.metadata().partition_columns)
-    output = [F.col(f"`{n}`") for n in names]
     meta = []
     if with_file_path:
         meta.append(F.col("_metadata.file_path").alias(FILE_PATH_COLUMN))
@@ -180,7 +180,10 @@ def _scan(
     paths = [absolute_path(location, f.path) for f in files]
     if not partition_by:
         frame = _read_parquet(spark, location, schema, paths, recursiveFileLookup="true")
-        return frame.select(*output, *meta)
+        # The read has the schema's columns in order: a projection of them all would only
+        # cost Spark another analysis of the plan.
+        return frame.select(*[F.col(f"`{n}`") for n in names], *meta) if meta else frame
+    output = [F.col(f"`{n}`") for n in names]
     if _follows_hive_layout(schema, partition_by, files):
         # One scan; Spark parses the partition directories and casts them to the types of
         # the given schema (no type inference: "007" stays the string "007").
@@ -308,17 +311,34 @@ def _follows_hive_layout(schema, partition_by: Sequence[str], files: Sequence[Ac
     return True
 
 
+@dataclass(frozen=True)
+class TableRead:
+    """A DataFrame over files of a table, and their size: what Spark's optimizer
+    estimates a scan of them at (the files' bytes), known from the log without planning."""
+
+    frame: DataFrame
+    bytes: int
+
+
 def read_table(spark: SparkSession, location: str, *, version: int | None = None) -> DataFrame:
     """The table at ``version`` (latest when None) as a Spark DataFrame.
 
     The schema is exactly the Delta metadata's (names, types, order); columns read from
     Parquet are nullable. A version without files gives an empty DataFrame of that schema.
     """
+    return read_table_sized(spark, location, version=version).frame
+
+
+def read_table_sized(
+    spark: SparkSession, location: str, *, version: int | None = None
+) -> TableRead:
+    """:func:`read_table`, with the bytes of the files it reads."""
     location = normalize_location(location)
     with loaded_table(location, version=version) as table:
         check_supported(table, location)
+        files = active_files(table)
         try:
-            return scan(spark, location, table, active_files(table))
+            return TableRead(scan(spark, location, table, files), sum(f.size for f in files))
         except DeltaIOError as exc:
             removed = _files_removed(table, location)
             if removed is None:
@@ -334,6 +354,15 @@ def read_epochs(
     Only files whose ``_epoch`` partition value or min/max statistics overlap the range
     are opened (files without statistics are always opened).
     """
+    return read_epochs_sized(
+        spark, location, version=version, first_epoch=first_epoch, last_epoch=last_epoch
+    ).frame
+
+
+def read_epochs_sized(
+    spark: SparkSession, location: str, *, version: int, first_epoch: int, last_epoch: int
+) -> TableRead:
+    """:func:`read_epochs`, with the bytes of the files it reads."""
     from pyspark.sql import functions as F
 
     location = normalize_location(location)
@@ -347,7 +376,11 @@ def read_epochs(
             )
         files = active_files(table, epochs=(first_epoch, last_epoch))
         frame = scan(spark, location, table, files)
-    return frame.where(F.col(EPOCH_COLUMN).between(first_epoch, last_epoch))
+    if not all(f.only_epochs(first_epoch, last_epoch) for f in files):
+        # Only then is the filter needed: an append table's file holds one batch's epochs,
+        # and a filter that keeps every row would cost Spark another analysis of the plan.
+        frame = frame.where(F.col(EPOCH_COLUMN).between(first_epoch, last_epoch))
+    return TableRead(frame, sum(f.size for f in files))
 
 
 def read_arrow(
@@ -462,9 +495,12 @@ __all__ = [
     "epoch_rows",
     "missing_files",
     "read_arrow",
+    "TableRead",
     "read_epochs",
+    "read_epochs_sized",
     "read_pandas",
     "read_table",
+    "read_table_sized",
     "scan",
     "spark_file_uri",
     "spark_schema",

@@ -33,10 +33,11 @@ from catalog import Catalog, CommitManifest, Epoch, EpochState, Lease, SealReque
 from consistency import EpochBatch
 from etl.delta import (
     EPOCH_COLUMN,
+    TableRead,
     epoch_rows,
-    estimated_bytes,
-    read_epochs,
+    read_epochs_sized,
     read_table,
+    read_table_sized,
     table_version,
 )
 from etl.delta.files import check_write_options
@@ -76,18 +77,14 @@ def _names(sql: str, table: str) -> bool:
     )
 
 
-def _size_session(session: SparkSession, inputs: list[DataFrame]) -> None:
-    """Small input tables (by the optimizer's size estimate of each input: planning, no
-    job; for Delta files it is their size) run with the small-batch settings; any unknown
-    or large input keeps Spark's defaults. A source job asks its source instead
-    (``Source.slice_bytes``): a Kafka slice's plan (a range of tasks expanded by
-    mapInArrow) is estimated at a few bytes whatever it reads."""
-    total = 0
-    for frame in inputs:
-        total += estimated_bytes(frame)
-        if total > SMALL_BATCH_BYTES:
-            return
-    configure_small_batch(session)
+def _size_session(session: SparkSession, inputs: Mapping[str, TableRead]) -> None:
+    """Small input tables (by the bytes of the files each input reads, as the log gives
+    them: what Spark's optimizer estimates the scans at, without planning them) run with
+    the small-batch settings; large inputs keep Spark's defaults. A source job asks its
+    source instead (``Source.slice_bytes``): a Kafka slice's plan (a range of tasks
+    expanded by mapInArrow) is estimated at a few bytes whatever it reads."""
+    if sum(read.bytes for read in inputs.values()) <= SMALL_BATCH_BYTES:
+        configure_small_batch(session)
 
 
 def _write_directly(
@@ -364,10 +361,16 @@ class EpochEngine:
                 if self._inputs_unchanged(job, versions):
                     return replace(self._seal_idle(writer), timings=clock.totals())
                 self._computed.pop(job.name, None)
-                inputs = self.read_inputs(job, batch, session, versions)
-                _size_session(session, list(inputs.values()))
+                reads = self._read_inputs_sized(job, batch, session, versions)
+                _size_session(session, reads)
             with clock.stage("transform"):
-                rows, per_epoch = self.transform(job, session, batch, epoch.barrier_ts, inputs)
+                rows, per_epoch = self.transform(
+                    job,
+                    session,
+                    batch,
+                    epoch.barrier_ts,
+                    {table: read.frame for table, read in reads.items()},
+                )
             written = writer.write(
                 written, table=job.output, frame=rows, part=0, final=True, mode=job.mode
             )
@@ -592,11 +595,22 @@ class EpochEngine:
         session: SparkSession,
         versions: Mapping[str, tuple[str, int]],
     ) -> dict[str, DataFrame]:
-        inputs: dict[str, DataFrame] = {}
+        reads = self._read_inputs_sized(job, batch, session, versions)
+        return {table: read.frame for table, read in reads.items()}
+
+    def _read_inputs_sized(
+        self,
+        job: Job,
+        batch: EpochBatch,
+        session: SparkSession,
+        versions: Mapping[str, tuple[str, int]],
+    ) -> dict[str, TableRead]:
+        """Each input of the batch, with the bytes of the files it reads."""
+        reads: dict[str, TableRead] = {}
         for item in job.inputs:
             location, version = versions[item.table]
             if job.read_mode(item) == "slice":
-                inputs[item.table] = read_epochs(
+                reads[item.table] = read_epochs_sized(
                     session,
                     location,
                     version=version,
@@ -604,8 +618,8 @@ class EpochEngine:
                     last_epoch=batch.last,
                 )
             else:
-                inputs[item.table] = read_table(session, location, version=version)
-        return inputs
+                reads[item.table] = read_table_sized(session, location, version=version)
+        return reads
 
     def _previous(self, job: Job, session: SparkSession) -> DataFrame | None:
         sealed = self.catalog.latest_written([job.output]).get(job.output)

@@ -598,6 +598,27 @@ def test_read_epochs_opens_only_files_whose_epochs_overlap(spark, tmp_path):
     assert read_pandas(str(parted), filter_epochs=(3, 3))["id"].sort_values().tolist() == [2, 5, 8]
 
 
+def test_read_epochs_keeps_only_the_epochs_of_files_that_hold_others(spark, tmp_path):
+    """The epochs' filter is left out only where the log shows every row of every file
+    read inside the range: a file that also holds other epochs, or rows without one,
+    still gives only the range's rows."""
+    location = tmp_path / "mixed"
+    _append(spark, location, [_row(1, 1), _row(2, 2), _row(3, 3)], 1)  # one file, 3 epochs
+    _append(spark, location, [_row(4, 2), _row(5, None)], 2)  # a row without an epoch
+    _append(spark, location, [_row(6, 2)], 3)  # epoch 2 only
+
+    def ids(version: int, first: int, last: int) -> list[int]:
+        frame = read_epochs(
+            spark, str(location), version=version, first_epoch=first, last_epoch=last
+        )
+        return sorted(r.id for r in frame.collect())
+
+    assert ids(0, 2, 2) == [2]
+    assert ids(1, 2, 3) == [2, 3, 4]
+    assert ids(2, 2, 2) == [2, 4, 6]
+    assert ids(2, 1, 3) == [1, 2, 3, 4, 6]
+
+
 LOG_SCHEMA = pa.schema([("id", pa.int64()), ("_epoch", pa.int64())])
 
 
