@@ -10,7 +10,7 @@ then measures:
   the same cut (``etl snapshot --format json``, written once to a file) and running the
   query (RUNS each, median, wall and CPU); target: at most 2x (issue 28);
 - the library floor: the same script importing first the libraries ``etl sql`` uses
-  besides DuckDB (SQLAlchemy, sqlglot, typer with pydantic, rich)
+  besides DuckDB (SQLAlchemy, sqlglot, typer, rich)
   and translating the query with sqlglot (Spark SQL to DuckDB's dialect); CPU of
   ``etl sql`` over it is what the project's own code costs, its CPU over the floor's
   what those libraries cost;
@@ -70,13 +70,11 @@ LIBRARIES = (
     "sqlglot",
     "sqlglot.optimizer.scope",
     "typer",
-    "pydantic",
     "rich.console",
 )
 """What ``etl sql --engine duckdb`` imports besides DuckDB: the catalog's SQLAlchemy, the
-query's sqlglot, and the command line's typer (which coerces options through pydantic)
-and rich. (No Arrow or delta-rs: DuckDB's rows are printed as DuckDB gives them, and a
-local table's Delta log is read as files.)"""
+query's sqlglot, and the command line's typer and rich. (No Arrow or delta-rs: DuckDB's
+rows are printed as DuckDB gives them, and a local table's Delta log is read as files.)"""
 
 LIBRARY_FLOOR = (
     "import sys\n"

@@ -17,6 +17,7 @@ command that needs it, so that ``etl status`` answers without starting a JVM; th
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
@@ -430,39 +431,61 @@ _TYPE_LABELS = {
     "str": "TEXT",
     "int": "INTEGER",
     "float": "NUMBER",
-    "path": "PATH",
-    "file": "FILE",
-    "directory": "DIR",
-    "bool": "BOOLEAN",
     "int range": "INTEGER",
     "float range": "NUMBER",
-    "datetime": "DATETIME",
 }
+"""Help's word for each of typer's parameter types (typer writes ``<str>``, ``<int range>``)."""
 
 
-def _flag_display(original: Any) -> Any:
-    def display_type_rich(self: Any, ctx: Any) -> str | None:
-        """Help shows flags and metavars, never Python types (``--once``, ``--param KEY=VALUE``)."""
-        if getattr(self, "is_flag", False) or getattr(self, "count", False):
-            return None
+def _type_label(text: str) -> str:
+    """A type as help shows it: ``<str>`` as ``TEXT``, ``<table|json>`` as ``[table|json]``."""
+    inner, dots = (text[:-3], "...") if text.endswith("...") else (text, "")
+    inner = inner.strip("<>")
+    if "|" in inner:
+        return f"[{inner}]{dots}"
+    return _TYPE_LABELS.get(inner, inner.upper()) + dots
+
+
+# Help shows flags and metavars, never Python types (``--once``, ``--param KEY=VALUE``,
+# ``--format [table|json]``, ``pipeline_file PATH``). Typer (pinned below 0.29: its 0.29
+# coerces every option through a pydantic TypeAdapter, a tenth of a second at each start)
+# shows its own type names; these three methods turn them into those words.
+def _option_metavar(original: Any) -> Any:
+    def make_metavar(self: Any, ctx: Any) -> str:
+        if self.is_flag or self.count:
+            return ""
         if self.metavar is not None:
             return str(self.metavar)
-        label = original(self, ctx)
-        if not label:
-            return label
-        inner = label.strip("<>")
-        if inner.startswith("list[") and inner.endswith("]"):
-            inner = inner[5:-1]
-        if "|" in inner:
-            return f"[{inner}]"
-        return _TYPE_LABELS.get(inner, inner.upper())
+        return _type_label(original(self, ctx))
 
-    return display_type_rich
+    return make_metavar
 
 
-for _cls in (getattr(typer.core, "TyperOption", None), getattr(typer.core, "TyperArgument", None)):
-    if _cls is not None and hasattr(_cls, "display_type_rich"):
-        _cls.display_type_rich = _flag_display(_cls.display_type_rich)
+def _argument_type(original: Any) -> Any:
+    def get_metavar(self: Any, param: Any, ctx: Any) -> str | None:
+        if isinstance(param, typer.core.TyperArgument):
+            return param.metavar or _type_label(self.name)
+        return original(self, param, ctx)
+
+    return get_metavar
+
+
+def _argument_usage(original: Any) -> Any:
+    def make_metavar(self: Any, ctx: Any, *, usage: bool = False) -> str:
+        """An argument in the usage line is its name (``{pipeline_file}``), not its type."""
+        if self.metavar is not None:
+            return original(self, ctx, usage=usage)
+        name = self.name or ""
+        if usage:
+            name = f"{{{name}}}" if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    return make_metavar
+
+
+typer.core.TyperOption.make_metavar = _option_metavar(typer.core.TyperOption.make_metavar)  # type: ignore[method-assign]
+typer.core.types.ParamType.get_metavar = _argument_type(typer.core.types.ParamType.get_metavar)  # type: ignore[method-assign]
+typer.core.TyperArgument.make_metavar = _argument_usage(typer.core.TyperArgument.make_metavar)  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -476,7 +499,7 @@ def main() -> None:
     os.environ.setdefault("ETL_SPARK_UI", "false")
     from etl.config import default_map, load_project_config
 
-    command = typer.main.get_command(app)
+    command = command_for(sys.argv[1:])
     try:
         defaults = default_map(command, load_project_config())
     except Exception as exc:
@@ -490,6 +513,38 @@ def main() -> None:
     )
 
 
+def _past_options(args: list[str], position: int = 0) -> int:
+    """The position of the first word of ``args`` from ``position`` on that is not an
+    option (nor the value of ``--log-level``): the name of a command."""
+    while position < len(args) and args[position].startswith("-"):
+        position += 2 if args[position] == "--log-level" else 1
+    return position
+
+
+def command_for(args: list[str]) -> Any:
+    """The click group that runs ``etl ARGS``, with only the command ARGS name built when
+    they name one, and none for ``etl --version``: building every command's options costs
+    more than a short command's own work. The whole group otherwise: ``etl`` and ``etl
+    --help`` list the commands, a mistyped one gets suggestions, completion offers them."""
+    position = _past_options(args)
+    named = args[position] if position < len(args) else None
+    global_options = args[:position]
+    commands = [
+        info
+        for info in app.registered_commands
+        if (info.name or typer.main.get_command_name(getattr(info.callback, "__name__", "")))
+        == named
+    ]
+    groups = [info for info in app.registered_groups if info.name == named]
+    version_only = named is None and "--version" in global_options
+    if not (commands or groups or version_only) or {"-h", "--help"} & set(global_options):
+        return typer.main.get_command(app)
+    built = copy.copy(app)
+    built.registered_commands = commands
+    built.registered_groups = groups
+    return typer.main.get_command(built)
+
+
 _GLOBAL_OPTION = re.compile(r"^(-v+|--verbose|--spark-ui|--log-level(=.*)?)$")
 
 
@@ -498,12 +553,11 @@ def hoist_global_options(command: Any, args: list[str]) -> list[str]:
     given after a command moved before it, so that every command takes them (``etl status
     -v``), unless the command has an option of that name itself (``etl run -v``)."""
     position = 0
-    while position < len(args) and hasattr(command, "commands"):
-        word = args[position]
-        if word.startswith("-"):
-            position += 2 if word == "--log-level" else 1
-            continue
-        command = command.commands.get(word)
+    while hasattr(command, "commands"):
+        position = _past_options(args, position)
+        if position >= len(args):
+            break
+        command = command.commands.get(args[position])
         if command is None:
             return args
         position += 1
@@ -541,6 +595,7 @@ __all__ = [
     "Warehouse",
     "app",
     "catalog_app",
+    "command_for",
     "exit_for",
     "fail",
     "guard",

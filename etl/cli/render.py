@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from etl.reader import QueryRows
 
 
@@ -154,6 +155,8 @@ def rows_table(
 ) -> Table:
     """A Rich table of ``rows``; every cell is shown as text, markup escaped, and ``None``
     as ``null`` (Rich markup)."""
+    from rich.table import Table  # only a table needs it, not CSV or JSON
+
     table = Table(title=title)
     for column in columns:
         table.add_column(escape(column))

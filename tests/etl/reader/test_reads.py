@@ -663,7 +663,7 @@ def test_every_command_has_format_json_with_table_as_the_default():
     for name, command in commands:
         (option,) = [p for p in command.params if p.name == "format"] or [None]
         assert option is not None, f"etl {name} has no --format"
-        choices = {getattr(c, "value", c) for c in option.type_descriptor.choices}
+        choices = {getattr(c, "value", c) for c in option.type.choices}
         assert "json" in choices and str(option.default) == "table", (name, choices)
 
 
