@@ -140,10 +140,8 @@ def _defaults_of(command: Any, by_param: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _accepts(param: Any, value: Any) -> bool:
-    descriptor = getattr(param, "type_descriptor", None)
-    choices = getattr(descriptor, "choices", None) if descriptor is not None else None
-    if choices is None:
-        choices = getattr(getattr(param, "type", None), "choices", None)
+    """Whether a project file's ``value`` is one of ``param``'s choices (any value, if it has none)."""
+    choices = getattr(getattr(param, "type", None), "choices", None)
     if choices is None:
         return True
     names = {getattr(c, "value", c) for c in choices}
