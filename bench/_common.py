@@ -300,3 +300,17 @@ def start_s3_server(bucket: str) -> subprocess.Popen:
 
     boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
     return proc
+
+
+def plain_kafka_consumer(bootstrap: str):
+    """The baselines' kafka-python consumer: no group, large fetches (as the source's),
+    up to 20,000 records a poll."""
+    from kafka import KafkaConsumer
+
+    return KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        fetch_max_bytes=64 * 1024 * 1024,
+        max_poll_records=20_000,
+    )

@@ -24,7 +24,7 @@ import json
 import time
 from datetime import UTC, datetime
 
-from bench._common import env_int, env_ints, load_average, median
+from bench._common import env_int, env_ints, load_average, median, plain_kafka_consumer
 
 PARTITIONS = 4
 BEFORE = env_int("DB_BENCH_CUT_BEFORE", 20_000)
@@ -85,15 +85,9 @@ class _Clock:
 def _plain_tail(
     bootstrap: str, topic: str, firsts: dict[int, int], ends: dict[int, int]
 ) -> tuple[float, float]:
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
 
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        max_partition_fetch_bytes=8 * 1024 * 1024,
-        fetch_max_bytes=64 * 1024 * 1024,
-        max_poll_records=20_000,
-    )
+    consumer = plain_kafka_consumer(bootstrap)
     partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     consumer.assign(partitions)
     consumer.position(partitions[0])  # connected and the metadata known before timing

@@ -32,7 +32,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench._common import env_int, load_average
+from bench._common import env_int, load_average, plain_kafka_consumer
 
 RECORDS = 1_000_000
 PARTITIONS = 4
@@ -125,15 +125,9 @@ def _since(before: dict[str, float]) -> dict[str, float]:
 
 
 def _plain_consume(bootstrap: str, topic: str, records: int) -> float:
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
 
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        max_partition_fetch_bytes=8 * 1024 * 1024,
-        fetch_max_bytes=64 * 1024 * 1024,
-        max_poll_records=20_000,
-    )
+    consumer = plain_kafka_consumer(bootstrap)
     partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     start = time.perf_counter()
     consumer.assign(partitions)

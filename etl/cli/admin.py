@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import typer
 
@@ -13,7 +12,7 @@ from etl.cli.app import CatalogUrl, TableOrJson, TableOrJsonFormat, Warehouse, c
 @catalog_app.command("upgrade")
 @guard
 def catalog_upgrade(
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     format: TableOrJsonFormat = TableOrJson.TABLE,
 ) -> None:

@@ -93,7 +93,7 @@ def warehouse_location(value: Any) -> Any:
         return Path(text.removeprefix("file:").removeprefix("//"))
     if match := _URL_SCHEME.match(text):
         return f"{match.group(1)}://{text[match.end() :]}".rstrip("/")
-    return value
+    return Path(text)
 
 
 def warehouse_root(warehouse: Path | str) -> str:
@@ -110,8 +110,10 @@ def _remember_url(value: str | None) -> str | None:
     return value
 
 
+# Typed str for typer, which would make a Path of the callback's URL again (folding ``//``):
+# the value a command gets is the callback's, a Path for a directory or the URL's text.
 Warehouse = Annotated[
-    Path,
+    str,
     typer.Option(
         "--warehouse",
         envvar="ETL_WAREHOUSE",

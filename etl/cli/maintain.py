@@ -6,7 +6,6 @@ Safe from cron while pipelines run: see etl/retention/maintain.py. No Spark.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
@@ -19,7 +18,7 @@ from etl.cli.render import echo, out, rows_table
 @guard
 def maintain(
     pipeline: Annotated[str | None, typer.Argument(help="Pipeline (default: every one).")] = None,
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what would go; change nothing.")

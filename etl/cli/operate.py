@@ -63,7 +63,7 @@ def resolve(
         Path | None, typer.Option("--pipeline", help="The pipeline file (for --quarantine).")
     ] = None,
     param: Params = [],  # noqa: B006 - typer needs a literal default
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     master: Annotated[
         str | None,
@@ -138,7 +138,7 @@ def resolve(
 @guard
 def retire_job(
     name: Annotated[str, typer.Argument(help="The job to retire.")],
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     format: DoneFormat = TableOrJson.TABLE,
 ) -> None:
@@ -165,7 +165,7 @@ def retire_job(
 @guard
 def retire_table(
     name: Annotated[str, typer.Argument(help="The table to retire.")],
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     format: DoneFormat = TableOrJson.TABLE,
 ) -> None:
@@ -189,7 +189,7 @@ def retire_pipeline(
     drop_tables: Annotated[
         bool, typer.Option("--drop-tables", help="Delete its tables' Delta files too.")
     ] = False,
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     format: DoneFormat = TableOrJson.TABLE,
 ) -> None:

@@ -48,7 +48,7 @@ from etl.scheduling import (
 @guard
 def run(
     pipeline_file: PipelineFile,
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     once: Annotated[
         bool, typer.Option("--once", help="Run one epoch to completion and exit.")
@@ -412,7 +412,7 @@ def _say_waiting(exc, seconds_left: float) -> None:
 @guard
 def recover(
     pipeline_file: PipelineFile,
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     param: Params = [],  # noqa: B006 - typer needs a literal default
     master: SparkMaster = None,
@@ -509,7 +509,7 @@ def recompute(
         ),
     ] = 60.0,
     param: Params = [],  # noqa: B006 - typer needs a literal default
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     master: SparkMaster = None,
     format: Annotated[

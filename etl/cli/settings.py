@@ -25,7 +25,7 @@ from etl.cli.render import print_json, print_rows
 @guard
 def config_command(
     ctx: typer.Context,
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     master: Annotated[
         str | None, typer.Option(envvar="ETL_SPARK_MASTER", metavar="URL", help="Spark master.")

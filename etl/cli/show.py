@@ -6,7 +6,6 @@ import json
 import time
 from datetime import UTC, datetime
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
@@ -27,7 +26,7 @@ class LineageFormat(StrEnum):
 @app.command()
 @guard
 def status(
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
     watch: Annotated[bool, typer.Option("--watch", help="Refresh in place until Ctrl-C.")] = False,
@@ -194,7 +193,7 @@ def status_view(report):
 @app.command()
 @guard
 def lineage(
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     format: Annotated[
         LineageFormat, typer.Option("--format", case_sensitive=False)
@@ -218,7 +217,7 @@ def epochs(
     table: Annotated[
         str | None, typer.Argument(help="Table name (omit it with --pipeline).")
     ] = None,
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
     last: Annotated[int, typer.Option(help="Show the newest N epochs.", min=1)] = 50,

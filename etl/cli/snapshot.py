@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -36,7 +35,7 @@ def snapshot_command(
         list[str],
         typer.Argument(metavar="TABLE... | QUERY", help="Table names, or one SQL query."),
     ],
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     consistency: ConsistencyOption = Consistency.REPEATABLE_READ.value,
     as_of_epoch: AsOfEpoch = None,

@@ -6,7 +6,6 @@ import json
 import logging
 from datetime import datetime
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -93,7 +92,7 @@ def sql(
         str,
         typer.Argument(metavar="QUERY", help="A SELECT over the pipeline's tables (Spark SQL)."),
     ],
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     consistency: ConsistencyOption = Consistency.REPEATABLE_READ.value,
     as_of_epoch: AsOfEpoch = None,

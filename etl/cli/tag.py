@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -39,7 +38,7 @@ def create(
             help="The pipeline whose COMMIT cut to tag (default: the newest of any pipeline).",
         ),
     ] = None,
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     format: TableOrJsonFormat = TableOrJson.TABLE,
 ) -> None:
@@ -86,7 +85,7 @@ def create(
 @tag_app.command("list")
 @guard
 def list_(
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     format: TableOrJsonFormat = TableOrJson.TABLE,
     pipeline: PipelineName = None,
@@ -119,7 +118,7 @@ def list_(
 @guard
 def delete(
     name: Annotated[str, typer.Argument(help="The tag's name.")],
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     format: TableOrJsonFormat = TableOrJson.TABLE,
 ) -> None:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 @guard
 def validate(
     pipeline_file: PipelineFile,
-    warehouse: Warehouse = Path("warehouse"),
+    warehouse: Warehouse = "warehouse",
     catalog_url: CatalogUrl = None,
     param: Params = [],  # noqa: B006 - typer needs a literal default
     format: Annotated[

@@ -17,32 +17,9 @@ import sqlalchemy as sa
 
 from catalog import load_catalog
 from etl import FileSource, Pipeline, Runner
+from tests.support.chains import SCHEMA, three_jobs
 
 pytestmark = [pytest.mark.spark]
-
-SCHEMA = "id BIGINT, customer INT, amount DOUBLE"
-
-
-def three_jobs(incoming: Path) -> Pipeline:
-    """An ingest, an append and a merge: the write modes of the freshness chain."""
-    pipeline = Pipeline("statements")
-    source = FileSource("drops", path=incoming, format="json", schema=SCHEMA)
-    pipeline.ingest("ingest", source=source, output="events")
-    pipeline.sql(
-        "clean",
-        output="clean",
-        inputs=["events"],
-        query="SELECT id, customer, amount FROM events WHERE amount >= 0",
-    )
-    pipeline.sql(
-        "latest",
-        output="latest",
-        inputs=["clean"],
-        mode="merge",
-        keys=("customer",),
-        query="SELECT customer, sum(amount) AS amount FROM clean GROUP BY customer",
-    )
-    return pipeline
 
 
 @contextmanager

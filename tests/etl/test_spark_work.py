@@ -19,11 +19,10 @@ import pytest
 from py4j.java_gateway import GatewayClient
 
 from catalog import load_catalog
-from etl import FileSource, Pipeline, Runner
+from etl import Pipeline, Runner
+from tests.support.chains import three_jobs
 
 pytestmark = [pytest.mark.spark]
-
-SCHEMA = "id BIGINT, customer INT, amount DOUBLE"
 
 PLANNING_CALLS = frozenset(
     {
@@ -58,23 +57,7 @@ class SparkWork:
 def _chain(incoming: Path) -> Pipeline:
     """Each kind of batch once: a root append, a SQL append reading a slice, a merge and
     an overwrite reading a whole table, a Python transform."""
-    pipeline = Pipeline("spark_work")
-    source = FileSource("drops", path=incoming, format="json", schema=SCHEMA)
-    pipeline.ingest("ingest", source=source, output="events")
-    pipeline.sql(
-        "clean",
-        output="clean",
-        inputs=["events"],
-        query="SELECT id, customer, amount FROM events WHERE amount >= 0",
-    )
-    pipeline.sql(
-        "latest",
-        output="latest",
-        inputs=["clean"],
-        mode="merge",
-        keys=("customer",),
-        query="SELECT customer, sum(amount) AS amount FROM clean GROUP BY customer",
-    )
+    pipeline = three_jobs(incoming, "spark_work")
     pipeline.sql(
         "ranked",
         output="ranked",
