@@ -4,7 +4,6 @@ Open one with :func:`load_catalog`; every state change is one database transacti
 """
 
 from catalog.base import SCHEMA_VERSION, Catalog
-from catalog.connection import mask_url, url_password
 from catalog.errors import (
     CatalogError,
     CatalogNotFoundError,
@@ -42,7 +41,6 @@ from catalog.errors import (
     UnknownTagError,
     WriterMismatchError,
 )
-from catalog.factory import load_catalog
 from catalog.models import (
     FAILURE_MESSAGE_MAX_CHARS,
     AttemptFloor,
@@ -71,7 +69,8 @@ from catalog.models import (
     WriteMode,
     validate_name,
 )
-from catalog.sql import SqlCatalog
+from catalog.reads import CatalogReads, open_for_reads
+from catalog.urls import CATALOG_FILE_NAME, mask_url, url_password
 from consistency.records import (
     PIPELINE_DEFAULT,
     Epoch,
@@ -83,9 +82,27 @@ from consistency.records import (
 from consistency.states import LEGAL_TRANSITIONS, check_transition
 from consistency.timestamps import as_utc
 
+_SQLALCHEMY_EXPORTS = {"SqlCatalog": "catalog.sql", "load_catalog": "catalog.factory"}
+"""Imported on first use: they bring SQLAlchemy, which a snapshot read of a SQLite
+catalog does without (see :mod:`catalog.sqlite_reads`)."""
+
+
+def __getattr__(name: str) -> object:
+    module = _SQLALCHEMY_EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'catalog' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     "as_utc",
     "AttemptFloor",
+    "CATALOG_FILE_NAME",
+    "CatalogReads",
     "FAILURE_MESSAGE_MAX_CHARS",
     "LEGAL_TRANSITIONS",
     "PIPELINE_DEFAULT",
@@ -158,6 +175,7 @@ __all__ = [
     "check_transition",
     "load_catalog",
     "mask_url",
+    "open_for_reads",
     "url_password",
     "validate_name",
 ]

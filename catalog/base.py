@@ -23,6 +23,9 @@ from catalog.states.base import StateStore
 
 SCHEMA_VERSION = 3
 
+META_SCHEMA_VERSION = "schema_version"
+"""The key of the schema version in the catalog's ``meta`` table."""
+
 
 class Catalog(
     RegistryStore, EpochStore, StateStore, LeaseStore, RecordStore, RetentionStore, RevisionStore

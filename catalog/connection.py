@@ -1,6 +1,6 @@
 """Where the catalog lives and how it is connected to: URLs, engines, transactions.
 
-URLs are parsed and masked here (a password is never shown). :class:`Database` holds the
+URLs are parsed here (as text in :mod:`catalog.urls`). :class:`Database` holds the
 engines and the connection policy: every state change is one write transaction, and
 write transactions are serialized across processes -- SQLite takes the database write
 lock at ``BEGIN IMMEDIATE`` (WAL mode, so readers are never blocked), PostgreSQL takes a
@@ -12,13 +12,10 @@ CatalogReadOnlyError.
 
 from __future__ import annotations
 
-import os
-import re
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
-from pathlib import Path
 from urllib.parse import quote
 
 import sqlalchemy as sa
@@ -29,34 +26,11 @@ from catalog.errors import (
     CatalogUnavailableError,
     CatalogUrlError,
 )
-
-SUPPORTED_URLS = (
-    "sqlite:///PATH (a file)",
-    "sqlite:// or memory:// (in memory, this process only)",
-    "postgresql://USER:PASSWORD@HOST:PORT/DATABASE (also postgres:// and postgresql+psycopg://)",
+from catalog.urls import (
+    SUPPORTED_URLS,
+    mask_url,
+    url_password,
 )
-
-_USER_COLON = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/]*):(?P<rest>.*)$", re.S)
-
-
-def url_password(url: str) -> str | None:
-    """The password in ``url`` as written, or None: everything between ``scheme://user:``
-    (a user name may hold ``@``) and the URL's last ``@``. A password holding unencoded
-    ``@ : / # ? %`` is found whole; where a query holds an ``@`` this takes in more than
-    the password, never less."""
-    match = _USER_COLON.match(url)
-    if match is None or "@" not in match["rest"]:
-        return None
-    return match["rest"].rsplit("@", 1)[0] or None
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its password (see :func:`url_password`) replaced by ``***``, even if
-    the URL does not parse."""
-    match = _USER_COLON.match(url)
-    if match is None or url_password(url) is None:
-        return url
-    return f"{match['head']}:***@{match['rest'].rsplit('@', 1)[1]}"
 
 
 def normalize_url(url: str | sa.URL) -> tuple[Backend, sa.URL]:
@@ -92,32 +66,6 @@ def normalize_url(url: str | sa.URL) -> tuple[Backend, sa.URL]:
         url=parsed.render_as_string(hide_password=True),
         reason=f"unsupported scheme {parsed.drivername!r}; use one of " + "; ".join(SUPPORTED_URLS),
     )
-
-
-CATALOG_FILE_NAME = "_catalog.sqlite"
-"""The embedded catalog's file name inside the warehouse."""
-
-
-def catalog_url(url: str | None, *, warehouse: str | os.PathLike[str] | None) -> str:
-    """``url``, or when it is None the embedded SQLite catalog of a local ``warehouse``."""
-    if url is not None:
-        return url
-    if warehouse is None:
-        raise CatalogUrlError(
-            url="",
-            reason="give a catalog URL or a local warehouse directory; supported URLs: "
-            + "; ".join(SUPPORTED_URLS),
-        )
-    location = os.fspath(warehouse)
-    if location.startswith("file://"):
-        location = location.removeprefix("file://")
-    elif "://" in location:
-        raise CatalogUrlError(
-            url=mask_url(location),
-            reason="the embedded SQLite catalog needs a local warehouse directory; "
-            "for a warehouse on object storage give a PostgreSQL catalog URL",
-        )
-    return f"sqlite:///{Path(location).expanduser().resolve() / CATALOG_FILE_NAME}"
 
 
 class Database:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 from catalog.base import Catalog
-from catalog.connection import catalog_url
 from catalog.sql import SqlCatalog
+from catalog.urls import catalog_url
 
 
 def load_catalog(

@@ -11,10 +11,9 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from catalog.base import SCHEMA_VERSION
+from catalog.base import META_SCHEMA_VERSION, SCHEMA_VERSION
 from catalog.errors import CatalogError, SchemaVersionError
 from catalog.schema import (
-    META_SCHEMA_VERSION,
     commits_table,
     epoch_expiries_table,
     epochs_table,

@@ -7,13 +7,14 @@ The values the consistency rules read (epochs, epoch states, revisions) are defi
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Literal
 
-from catalog.errors import InvalidNameError, StaleLeaseError
+from catalog.errors import CatalogError, InvalidNameError, StaleLeaseError
 from consistency.records import PIPELINE_DEFAULT, Epoch, TableEpoch
 
 FAILURE_MESSAGE_MAX_CHARS = 1000
@@ -295,6 +296,40 @@ class Pin:
     holder: str
     created_at: datetime
     expires_at: datetime
+
+    @classmethod
+    def new(
+        cls,
+        *,
+        pipeline: str | None,
+        epoch: int | None,
+        versions: Mapping[str, int],
+        holder: str,
+        ttl_seconds: float,
+        now: datetime,
+    ) -> Pin:
+        """A new pin living ``ttl_seconds`` from ``now``."""
+        return cls(
+            id=uuid.uuid4().hex,
+            pipeline=pipeline,
+            epoch=epoch,
+            versions=encode_versions(versions),
+            holder=holder,
+            created_at=now,
+            expires_at=now + pin_ttl(ttl_seconds),
+        )
+
+
+def pin_ttl(ttl_seconds: float) -> timedelta:
+    """How long a pin lives from its creation or renewal; ``ttl_seconds`` > 0."""
+    if not ttl_seconds > 0:
+        raise CatalogError(f"a pin's ttl_seconds must be positive, not {ttl_seconds}")
+    return timedelta(seconds=ttl_seconds)
+
+
+def encode_versions(versions: Mapping[str, int]) -> dict[str, int]:
+    """Delta versions by table as the catalog stores them (a pin's, a tag's)."""
+    return {str(table): int(version) for table, version in versions.items()}
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,6 @@ meta_table = sa.Table(
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
 )
-META_SCHEMA_VERSION = "schema_version"
 META_RETENTION_POLICY = "retention_policy"
 """The catalog-wide default retention policy (JSON text) lives in ``meta``."""
 META_EPOCH_HIGH_WATER = "epoch_high_water"

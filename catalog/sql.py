@@ -13,8 +13,8 @@ import os
 
 import sqlalchemy as sa
 
-from catalog.base import SCHEMA_VERSION, Catalog
-from catalog.connection import CATALOG_FILE_NAME, Database, catalog_url
+from catalog.base import META_SCHEMA_VERSION, SCHEMA_VERSION, Catalog
+from catalog.connection import Database
 from catalog.dialect import Backend
 from catalog.epochs.sql import SqlEpochStore
 from catalog.errors import CatalogNotFoundError, SchemaVersionError
@@ -24,9 +24,10 @@ from catalog.records.sql import SqlRecordStore
 from catalog.registry.sql import SqlRegistryStore
 from catalog.retention.sql import SqlRetentionStore
 from catalog.revisions.sql import SqlRevisionStore
-from catalog.schema import META_SCHEMA_VERSION, meta_table, metadata
+from catalog.schema import meta_table, metadata
 from catalog.states.sql import SqlStateStore
 from catalog.store import latest_statements
+from catalog.urls import CATALOG_FILE_NAME, catalog_url
 from consistency.records import PIPELINE_DEFAULT
 
 __all__ = ["CATALOG_FILE_NAME", "SqlCatalog"]

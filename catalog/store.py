@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 
+from catalog import rows
 from catalog.connection import Database
 from catalog.dialect import Dialect
 from catalog.errors import (
@@ -26,7 +27,8 @@ from catalog.errors import (
     UnknownPipelineError,
     UnknownTableError,
 )
-from catalog.models import CommitManifest, Lease, TableInfo
+from catalog.models import CommitManifest, Lease
+from catalog.rows import json_text
 from catalog.schema import (
     META_EPOCH_HIGH_WATER,
     commits_table,
@@ -39,7 +41,7 @@ from catalog.schema import (
     tables_table,
     validations_table,
 )
-from consistency.records import PIPELINE_DEFAULT, Epoch, EpochState, TableEpoch
+from consistency.records import PIPELINE_DEFAULT, Epoch, EpochState
 from consistency.states import global_state
 
 LatestQuery = Literal["written", "written_at_or_before", "processed", "validation"]
@@ -91,11 +93,6 @@ def latest_statements(dialect: Dialect) -> dict[LatestQuery, sa.Select[Any]]:
     }
 
 
-def json_text(value: object) -> str:
-    """``value`` as the catalog stores JSON: compact, keys sorted."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
 class SqlStore:
     """The base of the catalog's SQL stores: transactions on the catalog's database, and
     the rows more than one store reads."""
@@ -144,20 +141,7 @@ class SqlStore:
             raise UnknownTableError(name, job=job)
         return row
 
-    @staticmethod
-    def _table_info(row: Any) -> TableInfo:
-        return TableInfo(
-            name=row.name,
-            location=row.location,
-            kind=row.kind,
-            schema_json=row.schema_json,
-            partition_by=tuple(json.loads(row.partition_by)),
-            first_epoch=row.first_epoch,
-            writer_job=row.writer_job,
-            created_at=row.created_at,
-            pipeline=row.pipeline,
-            retired_at=row.retired_at,
-        )
+    _table_info = staticmethod(rows.table_info)
 
     @staticmethod
     def _job_row(conn: sa.Connection, name: str, *, missing_ok: bool = False) -> Any:
@@ -176,11 +160,7 @@ class SqlStore:
         ).scalar_one_or_none()
         return max(newest, int(high_water or 0)) + 1
 
-    @staticmethod
-    def _epoch(row: Any) -> Epoch:
-        return Epoch(
-            id=row.id, barrier_ts=row.barrier_ts, created_at=row.created_at, pipeline=row.pipeline
-        )
+    _epoch = staticmethod(rows.epoch)
 
     @staticmethod
     def _epoch_row(conn: sa.Connection, epoch: int) -> Any:
@@ -261,12 +241,7 @@ class SqlStore:
         history["recorded_at"] = values["updated_at"]
         return history
 
-    @staticmethod
-    def _table_epoch(row: Any) -> TableEpoch:
-        # On every snapshot's path: the table's columns are in TableEpoch's field order,
-        # and positional unpacking is several times faster than named row access.
-        table, epoch, state, *rest = row
-        return TableEpoch(table, epoch, EpochState(state), *rest)
+    _table_epoch = staticmethod(rows.table_epoch)
 
     def _latest_rows(
         self,

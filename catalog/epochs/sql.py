@@ -12,8 +12,9 @@ import sqlalchemy as sa
 from catalog.epochs.base import EpochStore
 from catalog.errors import SliceConflictError
 from catalog.models import SourceSlice, validate_name
+from catalog.rows import json_text
 from catalog.schema import epochs_table, source_slices_table
-from catalog.store import SqlStore, json_text
+from catalog.store import SqlStore
 from consistency.records import PIPELINE_DEFAULT, Epoch
 from consistency.timestamps import as_utc
 

@@ -20,6 +20,7 @@ from catalog.models import (
     ValidationRecord,
 )
 from catalog.records.base import RecordStore
+from catalog.rows import json_text
 from catalog.schema import (
     commits_table,
     epochs_table,
@@ -31,7 +32,7 @@ from catalog.schema import (
     tables_table,
     validations_table,
 )
-from catalog.store import SqlStore, json_text
+from catalog.store import SqlStore
 
 
 class SqlRecordStore(SqlStore, RecordStore):

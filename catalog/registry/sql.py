@@ -35,6 +35,7 @@ from catalog.models import (
     validate_name,
 )
 from catalog.registry.base import RegistryStore
+from catalog.rows import json_text
 from catalog.schema import (
     META_EPOCH_HIGH_WATER,
     commits_table,
@@ -57,7 +58,7 @@ from catalog.schema import (
     tags_table,
     validations_table,
 )
-from catalog.store import SqlStore, json_text
+from catalog.store import SqlStore
 from consistency.records import PIPELINE_DEFAULT
 
 

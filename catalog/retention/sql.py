@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
+from catalog import rows
 from catalog.errors import (
-    CatalogError,
     EpochExpiredError,
     ForeignEpochError,
     InvalidRetentionPolicyError,
@@ -22,8 +21,9 @@ from catalog.errors import (
     UnknownPipelineError,
     UnknownTagError,
 )
-from catalog.models import EpochExpiry, Pin, Tag, validate_tag_name
+from catalog.models import EpochExpiry, Pin, Tag, encode_versions, pin_ttl, validate_tag_name
 from catalog.retention.base import RetentionStore
+from catalog.rows import json_text
 from catalog.schema import (
     META_RETENTION_POLICY,
     epoch_expiries_table,
@@ -33,7 +33,7 @@ from catalog.schema import (
     pipelines_table,
     tags_table,
 )
-from catalog.store import SqlStore, json_text
+from catalog.store import SqlStore
 from consistency.records import PIPELINE_DEFAULT
 from consistency.retention import expirable
 from consistency.timestamps import as_utc
@@ -53,21 +53,7 @@ class SqlRetentionStore(SqlStore, RetentionStore):
         if expired is not None:
             raise EpochExpiredError(epoch=epoch, rule=expired.rule, expired_at=expired.expired_at)
 
-    @staticmethod
-    def _versions(versions: Mapping[str, int]) -> dict[str, int]:
-        return {str(table): int(version) for table, version in versions.items()}
-
-    @staticmethod
-    def _pin(row: Any) -> Pin:
-        return Pin(
-            id=row.id,
-            pipeline=row.pipeline,
-            epoch=row.epoch,
-            versions=json.loads(row.versions),
-            holder=row.holder,
-            created_at=row.created_at,
-            expires_at=row.expires_at,
-        )
+    _pin = staticmethod(rows.pin)
 
     def create_pin(
         self,
@@ -78,43 +64,27 @@ class SqlRetentionStore(SqlStore, RetentionStore):
         holder: str,
         ttl_seconds: float,
     ) -> Pin:
-
-        ttl = self._pin_ttl(ttl_seconds)
-        encoded = self._versions(versions)
+        pin_ttl(ttl_seconds)
         with self._write() as conn:
             if epoch is not None:
                 self._check_not_expired(conn, epoch)
-            now = self._now(conn)
-            pin = Pin(
-                id=uuid.uuid4().hex,
+            pin = Pin.new(
                 pipeline=pipeline,
                 epoch=epoch,
-                versions=encoded,
+                versions=versions,
                 holder=holder,
-                created_at=now,
-                expires_at=now + ttl,
+                ttl_seconds=ttl_seconds,
+                now=self._now(conn),
             )
             conn.execute(
                 pins_table.insert().values(
-                    id=pin.id,
-                    pipeline=pipeline,
-                    epoch=epoch,
-                    versions=json_text(encoded),
-                    holder=holder,
-                    created_at=now,
-                    expires_at=pin.expires_at,
+                    **{**dataclasses.asdict(pin), "versions": json_text(pin.versions)}
                 )
             )
             return pin
 
-    @staticmethod
-    def _pin_ttl(ttl_seconds: float) -> timedelta:
-        if not ttl_seconds > 0:
-            raise CatalogError(f"a pin's ttl_seconds must be positive, not {ttl_seconds}")
-        return timedelta(seconds=ttl_seconds)
-
     def renew_pin(self, pin: Pin, *, ttl_seconds: float) -> Pin:
-        ttl = self._pin_ttl(ttl_seconds)
+        ttl = pin_ttl(ttl_seconds)
         with self._write() as conn:
             row = conn.execute(sa.select(pins_table).where(pins_table.c.id == pin.id)).first()
             now = self._now(conn)
@@ -145,24 +115,18 @@ class SqlRetentionStore(SqlStore, RetentionStore):
         with self._read() if dry_run else self._write() as conn:
             expired = p.c.expires_at <= self._now(conn)
             if dry_run:
-                return conn.execute(sa.select(sa.func.count()).select_from(p).where(expired)).scalar_one()
+                return conn.execute(
+                    sa.select(sa.func.count()).select_from(p).where(expired)
+                ).scalar_one()
             return conn.execute(p.delete().where(expired)).rowcount
 
-    @staticmethod
-    def _tag(row: Any) -> Tag:
-        return Tag(
-            name=row.name,
-            epoch=row.epoch,
-            versions=json.loads(row.versions),
-            pipeline=row.pipeline,
-            created_at=row.created_at,
-        )
+    _tag = staticmethod(rows.tag)
 
     def create_tag(
         self, name: str, *, epoch: int, versions: Mapping[str, int], pipeline: str | None
     ) -> Tag:
         validate_tag_name(name)
-        encoded = self._versions(versions)
+        encoded = encode_versions(versions)
         with self._write() as conn:
             existing = conn.execute(sa.select(tags_table).where(tags_table.c.name == name)).first()
             if existing is not None:

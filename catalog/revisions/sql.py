@@ -11,9 +11,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from catalog import rows
 from catalog.errors import RevisionStateError, UnknownRevisionError
 from catalog.models import SealRequest
 from catalog.revisions.base import RevisionStore
+from catalog.rows import json_text
 from catalog.schema import (
     commits_table,
     epoch_history_table,
@@ -22,29 +24,14 @@ from catalog.schema import (
     revisions_table,
     table_epochs_table,
 )
-from catalog.store import SqlStore, json_text
+from catalog.store import SqlStore
 from consistency.records import EpochState, Revision, RevisionState, TableEpoch
 
 
 class SqlRevisionStore(SqlStore, RevisionStore):
     """Revisions (etl recompute): begun, switched at once, or discarded."""
 
-    @staticmethod
-    def _revision(row: Any) -> Revision:
-        return Revision(
-            id=row.id,
-            pipeline=row.pipeline,
-            tables=tuple(json.loads(row.tables)),
-            from_epoch=row.from_epoch,
-            reason=row.reason,
-            actor=row.actor,
-            owner=row.owner,
-            state=RevisionState(row.state),
-            started_at=row.started_at,
-            finished_at=row.finished_at,
-            through_epoch=row.through_epoch,
-            note=row.note,
-        )
+    _revision = staticmethod(rows.revision)
 
     def _revision_row(self, conn: sa.Connection, revision: int) -> Any:
         row = conn.execute(

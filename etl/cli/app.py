@@ -22,20 +22,22 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from functools import wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 import typer.core
-from rich.markup import escape
 
-from etl.cli.render import err
+from etl.cli.render import err, escape
 from etl.config import scrub
 
 if TYPE_CHECKING:
-    from catalog import Catalog
+    from catalog import Catalog, CatalogReads
+
+_Opened = TypeVar("_Opened")
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
@@ -196,7 +198,33 @@ def open_catalog(
     """The catalog; only ``create`` (running a pipeline) may start a new one. Without it
     nothing is created (no directory, file or table), and a read-only SQLite catalog is
     opened read-only."""
-    from catalog import CatalogNotFoundError, load_catalog
+    from catalog import load_catalog
+
+    return _opened(
+        lambda: load_catalog(catalog_url, warehouse=warehouse, create=create),
+        warehouse,
+        catalog_url,
+        create=create,
+    )
+
+
+def open_catalog_reads(warehouse: Path | str, catalog_url: str | None) -> CatalogReads:
+    """The catalog for a command that reads snapshots (``etl sql``, ``etl snapshot``):
+    as :func:`open_catalog`, without SQLAlchemy where it is the embedded SQLite file."""
+    from catalog import open_for_reads
+
+    return _opened(
+        lambda: open_for_reads(catalog_url, warehouse=warehouse),
+        warehouse,
+        catalog_url,
+        create=False,
+    )
+
+
+def _opened(
+    opening: Callable[[], _Opened], warehouse: Path | str, catalog_url: str | None, *, create: bool
+) -> _Opened:
+    from catalog import CatalogNotFoundError
     from etl.errors import UsageError
 
     if catalog_url is None and isinstance(warehouse, str):
@@ -207,7 +235,7 @@ def open_catalog(
             "is a file inside a local warehouse"
         )
     if catalog_url is None and not create and isinstance(warehouse, Path):
-        from catalog.sql import CATALOG_FILE_NAME
+        from catalog import CATALOG_FILE_NAME
 
         if not (warehouse / CATALOG_FILE_NAME).is_file():
             raise UsageError(
@@ -216,7 +244,7 @@ def open_catalog(
                 "run, or --catalog URL"
             )
     try:
-        return load_catalog(catalog_url, warehouse=warehouse, create=create)
+        return opening()
     except ValueError:
         # SQLAlchemy cannot split the URL (often an unencoded @, : or / in the password);
         # its message would quote the URL, so it is not passed on.

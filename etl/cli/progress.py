@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from etl.cli.render import err
+from etl.cli.render import err, stderr_console
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -58,7 +58,7 @@ class BatchProgress:
                 TextColumn("{task.description}", table_column=one_line()),
                 TextColumn("{task.fields[status]}", table_column=one_line()),
                 TimeElapsedColumn(),
-                console=err,
+                console=stderr_console(),
                 transient=True,
                 refresh_per_second=4,
             )

@@ -1,10 +1,14 @@
-"""The one renderer of the ``etl`` command: rows as a Rich table, CSV or JSON."""
+"""The one renderer of the ``etl`` command: rows as a Rich table, CSV or JSON.
+
+Rich is imported when something is printed through it: a command whose output is CSV,
+JSON or plain lines (``etl sql --format csv``) does without it."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
 import csv
+import functools
 import json
 import math
 import os
@@ -16,21 +20,65 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rich.console import Console
     from rich.table import Table
 
     from etl.reader import QueryRows
 
 
-out = Console(soft_wrap=True)
-if not out.is_terminal and "COLUMNS" not in os.environ:
-    # Piped or captured with no width given: tables take their natural width instead of
-    # truncating cells to 80. A terminal, or COLUMNS, sets the width tables fit.
-    out = Console(soft_wrap=True, width=1000)
-err = Console(stderr=True, soft_wrap=True)
+class _FirstUse:
+    """A Rich console made when first used."""
+
+    def __init__(self, make: Callable[[], Console]):
+        self._make = make
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            self._console = self._make()
+        return getattr(self._console, name)
+
+
+@functools.cache
+def stdout_console() -> Console:
+    """The Rich console of stdout (:data:`out`)."""
+    from rich.console import Console
+
+    console = Console(soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Piped or captured with no width given: tables take their natural width instead
+        # of truncating cells to 80. A terminal, or COLUMNS, sets the width tables fit.
+        console = Console(soft_wrap=True, width=1000)
+    return console
+
+
+@functools.cache
+def stderr_console() -> Console:
+    """The Rich console of stderr (:data:`err`)."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
+
+
+out: Console = _FirstUse(stdout_console)  # type: ignore[assignment]
+err: Console = _FirstUse(stderr_console)  # type: ignore[assignment]
+
+
+def escape(markup: str) -> str:
+    """``markup`` with Rich's markup escaped (shown as written)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(markup)
+
+
+def note(line: str) -> None:
+    """One line of plain text on stderr, shown as written (no Rich)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def text(value: object) -> str:
@@ -220,7 +268,9 @@ def print_query(result: QueryRows, fmt: str) -> None:
 __all__ = [
     "echo",
     "err",
+    "escape",
     "json_text",
+    "note",
     "out",
     "print_json",
     "print_query",
@@ -228,5 +278,7 @@ __all__ = [
     "quiet_stdout",
     "stdout_guard",
     "rows_table",
+    "stderr_console",
+    "stdout_console",
     "text",
 ]

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from etl.cli.app import (
     CatalogUrl,
@@ -31,7 +30,7 @@ from etl.cli.app import (
     warehouse_root,
 )
 from etl.cli.progress import BatchProgress
-from etl.cli.render import err, print_json
+from etl.cli.render import err, escape, print_json
 from etl.cli.validate import existing_catalog
 from etl.scheduling import (
     BATCH_BACKLOG_THRESHOLD,

@@ -14,10 +14,10 @@ from etl.cli.app import (
     Warehouse,
     app,
     guard,
-    open_catalog,
+    open_catalog_reads,
     parse_consistency,
 )
-from etl.cli.render import echo, print_json, print_rows
+from etl.cli.render import echo, note, print_json, print_rows
 from etl.cli.sql import AsOfEpoch, AsOfTag, AsOfTime, time_travel
 
 
@@ -64,7 +64,7 @@ def snapshot_command(
 
     what = targets[0] if len(targets) == 1 else targets
     with (
-        open_catalog(warehouse, catalog_url) as catalog,
+        open_catalog_reads(warehouse, catalog_url) as catalog,
         snapshot(
             catalog,
             what,
@@ -89,15 +89,12 @@ def snapshot_command(
         [(t["table"], t["version"], t["epoch"], t["location"]) for t in cut["tables"]],
         "table",
     )
-    from etl.cli.render import err
-
-    err.print(
+    note(
         f"level={cut['level']} epoch={cut['epoch'] if cut['epoch'] is not None else '-'} "
-        f"barrier_ts={cut['barrier_ts'] or '-'}",
-        highlight=False,
+        f"barrier_ts={cut['barrier_ts'] or '-'}"
     )
     if "pipelines" in cut:
-        err.print(pipeline_cuts(cut), highlight=False)
+        note(pipeline_cuts(cut))
 
 
 def _refuse_tables_never_written(cut: dict) -> None:

@@ -19,10 +19,10 @@ from etl.cli.app import (
     Warehouse,
     app,
     guard,
-    open_catalog,
+    open_catalog_reads,
     parse_consistency,
 )
-from etl.cli.render import err, print_query
+from etl.cli.render import note, print_query
 
 
 class Engine(StrEnum):
@@ -132,7 +132,7 @@ def sql(
 
     parse_query(query)  # a syntax error is reported before anything opens
     with (
-        open_catalog(warehouse, catalog_url) as catalog,
+        open_catalog_reads(warehouse, catalog_url) as catalog,
         # Resolved before any engine starts: an unknown table or epoch is reported at once.
         snapshot(
             catalog,
@@ -144,18 +144,17 @@ def sql(
         ) as reader,
     ):
         barrier = reader.barrier_ts
-        err.print(
+        note(
             f"level={reader.level.value} epoch={reader.epoch if reader.epoch is not None else '-'} "
-            f"versions={json.dumps(dict(reader.versions), sort_keys=True)}",
-            highlight=False,
+            f"versions={json.dumps(dict(reader.versions), sort_keys=True)}"
         )
         if barrier is not None:
-            err.print(f"barrier_ts={as_utc(barrier).isoformat()}", highlight=False)
+            note(f"barrier_ts={as_utc(barrier).isoformat()}")
         cut = reader.describe()
         if "pipelines" in cut:
             from etl.cli.snapshot import pipeline_cuts
 
-            err.print(pipeline_cuts(cut), highlight=False)
+            note(pipeline_cuts(cut))
         if engine is Engine.SPARK:
             result = _run_on_spark(reader, query, limit=limit, master=master)
         else:

@@ -68,7 +68,7 @@ def existing_catalog(warehouse: Path | str, catalog_url: str | None) -> Catalog 
     from catalog import CatalogNotFoundError, load_catalog
 
     if catalog_url is None:
-        from catalog.sql import CATALOG_FILE_NAME
+        from catalog import CATALOG_FILE_NAME
 
         if isinstance(warehouse, str):  # an object-store warehouse has no embedded catalog
             return None

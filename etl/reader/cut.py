@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from catalog import Catalog, CatalogReadOnlyError, TableInfo
+from catalog import CatalogReadOnlyError, CatalogReads, TableInfo
 from consistency import (
     EpochHistory,
     HistoryAt,
@@ -37,7 +37,7 @@ class ResolvedCut:
 
 
 def resolve_cut(
-    catalog: Catalog,
+    catalog: CatalogReads,
     tables_or_sql: str | Iterable[str],
     level: Level | str = Level.REPEATABLE_READ,
     *,
@@ -98,7 +98,7 @@ def resolve_cut(
     return ResolvedCut(snapshot=resolved, tables={t: registered[t] for t in tables})
 
 
-def pin_cut(catalog: Catalog, cut: ResolvedCut) -> PinHolder | None:
+def pin_cut(catalog: CatalogReads, cut: ResolvedCut) -> PinHolder | None:
     """The retention pin of the cut; None when nothing is to be pinned, or when the
     catalog is read-only (a read-only warehouse is still readable: a file that maintenance
     elsewhere removed meanwhile fails the read, it never changes the answer)."""

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection
     from pyspark.sql import DataFrame, SparkSession
 
-    from catalog import Catalog, TableInfo
+    from catalog import CatalogReads, TableInfo
     from etl.reader.query import ParsedQuery
     from etl.retention.pins import PinHolder
 
@@ -71,7 +71,7 @@ class SnapshotReader:
     def __init__(
         self,
         *,
-        catalog: Catalog,
+        catalog: CatalogReads,
         snapshot: Snapshot,
         spark: SparkSession | None,
         pin: PinHolder | None = None,
@@ -480,7 +480,7 @@ class SnapshotReader:
 
 
 def snapshot(
-    catalog: Catalog,
+    catalog: CatalogReads,
     tables_or_sql: str | Iterable[str],
     level: Level | str = Level.REPEATABLE_READ,
     *,

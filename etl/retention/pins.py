@@ -19,7 +19,7 @@ import threading
 import uuid
 from collections.abc import Mapping
 
-from catalog import Catalog, CatalogError, EpochExpiredError, Pin
+from catalog import CatalogError, CatalogReads, EpochExpiredError, Pin
 from catalog.errors import PinExpiredError
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class PinHolder:
 
     def __init__(
         self,
-        catalog: Catalog,
+        catalog: CatalogReads,
         *,
         versions: Mapping[str, int | None],
         epoch: int | None,

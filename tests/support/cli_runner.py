@@ -68,17 +68,20 @@ def etl_here(*args: str | Path, cwd: Path, **env: str) -> subprocess.CompletedPr
     process of the command's own (a crash, a pause, a signal, no Java); what the command
     changes in this process (environment, logging, signal handlers) is put back after."""
     from etl.cli import main
-    from etl.cli.render import err, out
+    from etl.cli.render import stderr_console, stdout_console
 
     stdout, stderr = io.StringIO(), io.StringIO()
     saved_environ = dict(os.environ)
     saved_argv = sys.argv
     saved_signals = {signum: signal.getsignal(signum) for signum in HANDLED_SIGNALS}
     saved_logging = _logging_state()
-    # The consoles were made when the module was imported (maybe on a terminal, pytest -s):
-    # captured output has no colours, as in a subprocess with pipes, and COLUMNS sets the
-    # width as it does at a process's start.
-    saved_consoles = {console: (console._color_system, console._width) for console in (out, err)}
+    # The consoles are made once per process (maybe on a terminal, pytest -s): captured
+    # output has no colours, as in a subprocess with pipes, and COLUMNS sets the width as
+    # it does at a process's start.
+    saved_consoles = {
+        console: (console._color_system, console._width)
+        for console in (stdout_console(), stderr_console())
+    }
     environment = command_environment(
         **env
     )  # from this process's environment, before it is replaced

@@ -3,7 +3,7 @@ no catalog and no engine, ``etl snapshot`` of named tables no sqlglot, DuckDB, A
 (pyarrow, numpy), delta-rs or Rich's tables (its output is JSON), ``etl sql`` on DuckDB
 (of a local warehouse) no Arrow or delta-rs, and none imports PySpark, Great
 Expectations, Kafka, pandas, Polars, pydantic (typer 0.29 coerced every option through
-it), (on a SQLite catalog) the PostgreSQL driver or the Delta write path. Pinned by the modules a real run of the command leaves in ``sys.modules``, not
+it), (on a SQLite catalog) SQLAlchemy, the PostgreSQL driver or the Delta write path. Pinned by the modules a real run of the command leaves in ``sys.modules``, not
 by timing."""
 
 from __future__ import annotations
@@ -49,13 +49,15 @@ NEVER_FOR_READS = {
     "psycopg",
     "pydantic",
     "pyspark",
+    "sqlalchemy",
     "etl.delta.commit",
     "etl.delta.files",
     "etl.delta.maintenance",
     "etl.delta.merge",
 }
 """What a read through DuckDB on a SQLite catalog never needs: Spark, the quality gates,
-Kafka, the DataFrame libraries, pydantic, the PostgreSQL driver, our Delta write path."""
+Kafka, the DataFrame libraries, pydantic, SQLAlchemy (catalog.sqlite_reads reads the
+file), the PostgreSQL driver, our Delta write path."""
 
 RUN_AND_LIST = """
 import json, sys
