@@ -1,6 +1,7 @@
-"""Catalog rows as values: one conversion per kind of row, shared by the SQL stores and
-the SQLite snapshot reads (:mod:`catalog.sqlite_reads`). A row is anything with the
-table's column names as attributes; its datetimes are aware UTC."""
+"""Catalog rows as values, for the rows both the SQL stores and the SQLite snapshot reads
+(:mod:`catalog.sqlite_reads`) read: tables, epochs, epoch states, pins, tags, revisions.
+A row is anything with the table's column names as attributes; its datetimes are aware
+UTC. (Rows only one store reads are converted in that store.)"""
 
 from __future__ import annotations
 
