@@ -1,6 +1,6 @@
 """What a command imports (issue 28, item 5): ``etl --version`` and ``etl --help`` import
 no catalog and no engine, ``etl snapshot`` of named tables no sqlglot, DuckDB, Arrow
-(pyarrow, numpy), delta-rs or Rich's tables (its output is JSON), ``etl sql`` on DuckDB
+(pyarrow, numpy), delta-rs or Rich (its output is JSON), ``etl sql`` on DuckDB
 (of a local warehouse) no Arrow or delta-rs, and none imports PySpark, Great
 Expectations, Kafka, pandas, Polars, pydantic (typer 0.29 coerced every option through
 it), (on a SQLite catalog) SQLAlchemy, the PostgreSQL driver or the Delta write path. Pinned by the modules a real run of the command leaves in ``sys.modules``, not
@@ -32,6 +32,7 @@ WATCHED = (
     "pyarrow",
     "pydantic",
     "pyspark",
+    "rich.console",
     "rich.table",
     "sqlalchemy",
     "sqlglot",
@@ -90,7 +91,7 @@ def imported_by(*args: str, cwd) -> set[str]:
 
 def test_version_and_help_import_no_catalog_and_no_engine():
     assert imported_by("--version", cwd=REPO) == set()
-    assert imported_by("--help", cwd=REPO) == {"rich.table"}  # the help's panels
+    assert imported_by("--help", cwd=REPO) == {"rich.console", "rich.table"}  # the help's panels
 
 
 @pytest.fixture
@@ -114,7 +115,8 @@ def test_a_snapshot_of_named_tables_imports_no_sqlglot_no_arrow_and_no_engine(wa
     imported = imported_by(
         "snapshot", "numbers", "--warehouse", str(warehouse), "--format", "json", cwd=tmp_path
     )
-    assert imported.isdisjoint({"sqlglot", "duckdb", "pyarrow", "numpy", "deltalake", "rich.table"})
+    assert imported.isdisjoint({"sqlglot", "duckdb", "pyarrow", "numpy", "deltalake"})
+    assert imported.isdisjoint({"rich.console", "rich.table"})  # JSON and plain lines
     assert imported.isdisjoint(NEVER_FOR_READS)
     assert "catalog" in imported  # the command did resolve the cut
 
@@ -123,9 +125,10 @@ def test_sql_on_duckdb_imports_no_spark_no_quality_gates_and_no_dataframes(wareh
     query = "SELECT sum(n) AS total FROM numbers"
     imported = imported_by(
         "sql", query, "--warehouse", str(warehouse), "--consistency", "read-committed",
-        cwd=tmp_path,
+        "--format", "csv", cwd=tmp_path,
     )  # fmt: skip
     assert imported.isdisjoint(NEVER_FOR_READS)
+    assert imported.isdisjoint({"rich.console", "rich.table"})  # CSV and plain lines
     # DuckDB's rows are printed as DuckDB gives them, the Delta log read as files.
     assert imported.isdisjoint({"pyarrow", "numpy", "deltalake"})
     assert {"duckdb", "sqlglot"} <= imported  # the command did read through DuckDB
