@@ -95,13 +95,14 @@ def same(sql, reads, method, *args, **kwargs):
     return expected
 
 
-def test_every_read_of_a_snapshot_answers_as_the_sql_catalog(built):
-    sql, reads, epochs = built
-    subsets = [list(c) for n in (1, 2, 4) for c in combinations((*TABLES, "nope"), n)]
+def assert_same_reads(sql, reads, tables, epochs):
+    """Every read of a snapshot, for every subset of ``tables`` (and an unknown one), every
+    epoch of ``epochs`` and timestamps at, just before and just after their barriers."""
+    subsets = [list(c) for n in (1, 2, 4) for c in combinations((*tables, "nope"), n)]
     for include_retired in (False, True):
         for pipeline in (None, "default", "other", "nope"):
             same(sql, reads, "list_tables", include_retired=include_retired, pipeline=pipeline)
-    for name in (*TABLES, "nope"):
+    for name in (*tables, "nope"):
         same(sql, reads, "get_table", name)
     for tables in subsets:
         same(sql, reads, "latest_written", tables)
@@ -124,6 +125,11 @@ def test_every_read_of_a_snapshot_answers_as_the_sql_catalog(built):
     for pipeline in (None, "default", "other"):
         for table in (None, "counts", "raw"):
             same(sql, reads, "revisions", pipeline=pipeline, table=table)
+
+
+def test_every_read_of_a_snapshot_answers_as_the_sql_catalog(built):
+    sql, reads, epochs = built
+    assert_same_reads(sql, reads, TABLES, epochs)
     # The history shows every case: the comparisons above could tell the two apart.
     assert set(sql.latest_written(TABLES)) == {"raw", "counts", "solo"}
     assert sql.latest_written(["raw"], at_or_before=epochs[3])["raw"].epoch == epochs[2]
@@ -209,6 +215,25 @@ def test_a_pin_waits_for_the_catalog_write_lock(built, tmp_path, monkeypatch):
         holder.execute("ROLLBACK")
         impatient.close()
     assert len(sql.active_pins()) == 1
+
+
+def test_an_upgraded_catalog_is_read_as_the_sql_catalog_reads_it(tmp_path):
+    """Columns a migration added sit in another order than a new catalog's."""
+    from test_catalog_migration import build_v1_catalog
+
+    url = f"sqlite:///{tmp_path / 'catalog.sqlite'}"
+    build_v1_catalog(url)
+    assert SqliteReads.open(tmp_path / "catalog.sqlite") is None  # v1: not this version
+    SqlCatalog.open_for_upgrade(url).upgrade()
+    with load_catalog(url) as sql, open_for_reads(url) as reads:
+        assert isinstance(reads, SqliteReads)
+        assert_same_reads(sql, reads, ("raw", "counts"), [1, 2])
+        assert reads.latest_written(["raw", "counts"]) == sql.latest_written(["raw", "counts"])
+        assert reads.latest_written(["raw"])["raw"].epoch == 2
+        pin = reads.create_pin(
+            pipeline=None, epoch=1, versions={"raw": 1}, holder="me", ttl_seconds=60
+        )
+        assert sql.active_pins() == [pin]
 
 
 def test_only_a_current_writable_sqlite_file_is_read_without_sqlalchemy(built, tmp_path):
