@@ -1,6 +1,9 @@
 """The catalog: FLIP-276's MetaService, in SQLite (embedded) or PostgreSQL (shared).
 
 Open one with :func:`load_catalog`; every state change is one database transaction.
+A command that only reads snapshots opens it with :func:`open_for_reads` (a SQLite file
+without SQLAlchemy, which ``import catalog`` does not import until ``load_catalog`` or
+``SqlCatalog`` is first used).
 """
 
 from catalog.base import SCHEMA_VERSION, Catalog
