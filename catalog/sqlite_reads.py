@@ -69,6 +69,11 @@ JOIN newest ON te.table_name = newest.name AND te.epoch = newest.epoch
 _LATEST_WRITTEN = {bounded: _latest_written(bounded=bounded) for bounded in (False, True)}
 
 
+_UNAVAILABLE = (sqlite3.OperationalError, sqlite3.ProgrammingError)
+"""The database cannot be used: locked past the busy timeout, read-only, unreadable, or
+this object closed (a pin's renewal may come after the command closed it)."""
+
+
 def _where(conditions: Sequence[str]) -> str:
     return f" WHERE {' AND '.join(conditions)}" if conditions else ""
 
@@ -185,7 +190,7 @@ class SqliteReads:
         with self._lock:
             try:
                 return self._conn.execute(sql, params).fetchall()
-            except sqlite3.OperationalError as exc:
+            except _UNAVAILABLE as exc:
                 raise self._unavailable(exc) from None
 
     def _first(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> Any:
@@ -194,21 +199,18 @@ class SqliteReads:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction under the catalog's write lock (``BEGIN IMMEDIATE``)."""
+        """A write transaction under the catalog's write lock (``BEGIN IMMEDIATE``),
+        rolled back if anything in it fails."""
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise self._unavailable(exc) from None
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            try:
-                self._conn.execute("COMMIT")
-            except sqlite3.OperationalError as exc:
-                self._conn.execute("ROLLBACK")
+                try:
+                    yield self._conn
+                    self._conn.execute("COMMIT")
+                finally:
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+            except _UNAVAILABLE as exc:
                 raise self._unavailable(exc) from None
 
     # -- tables and epochs -------------------------------------------------------------

@@ -181,6 +181,19 @@ def test_a_pin_is_a_pin_whichever_side_made_it(built):
         reads.renew_pin(short, ttl_seconds=60)
 
 
+def test_a_closed_reads_is_an_unavailable_catalog(built):
+    """A pin's renewal thread may outlive the command's catalog: it then hears a catalog
+    error (logged; the pin lapses by itself), never a driver's."""
+    sql, reads, epochs = built
+    pin = reads.create_pin(pipeline=None, epoch=epochs[2], versions={}, holder="me", ttl_seconds=60)
+    reads.close()
+    with pytest.raises(CatalogUnavailableError):
+        reads.renew_pin(pin, ttl_seconds=60)
+    with pytest.raises(CatalogUnavailableError):
+        reads.list_tables()
+    assert sql.active_pins() == [pin]  # nothing half-done
+
+
 def test_a_pin_waits_for_the_catalog_write_lock(built, tmp_path, monkeypatch):
     """Pins are made under the catalog's write lock: never inside another writer's
     transaction (the expiry's check of pins relies on it), and not at all when the
