@@ -25,6 +25,8 @@ from catalog.errors import (
     CatalogReadOnlyError,
     CatalogUnavailableError,
     CatalogUrlError,
+    driver_message,
+    says_read_only,
 )
 from catalog.urls import (
     SUPPORTED_URLS,
@@ -102,8 +104,7 @@ class Database:
 
     def unavailable(self, exc: BaseException) -> CatalogUnavailableError:
         """CatalogUnavailableError for a database error ``exc``, its password masked."""
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        text = reason[0] if reason else type(exc).__name__
+        text = driver_message(exc)
         password = self.sa_url.password
         if password:
             for written in {str(password), quote(str(password), safe="")}:
@@ -119,10 +120,7 @@ class Database:
 
     def _read_only_error(self, exc: BaseException) -> CatalogReadOnlyError | None:
         """CatalogReadOnlyError if ``exc`` says the database is read-only."""
-        text = str(getattr(exc, "orig", None) or exc).lower()
-        if "readonly" in text or "read-only" in text:
-            return CatalogReadOnlyError(url=self.url)
-        return None
+        return CatalogReadOnlyError(url=self.url) if says_read_only(exc) else None
 
     @contextmanager
     def _connect(self, *, write: bool, snapshot: bool = False) -> Iterator[sa.Connection]:

@@ -59,6 +59,19 @@ class CatalogReadOnlyError(CatalogError):
         )
 
 
+def driver_message(exc: BaseException) -> str:
+    """The first line of a database driver's message (the original error under
+    SQLAlchemy's), or the error's type when it has none."""
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def says_read_only(exc: BaseException) -> bool:
+    """Whether a database error says the database cannot be written."""
+    text = str(getattr(exc, "orig", None) or exc).lower()
+    return "readonly" in text or "read-only" in text
+
+
 class SchemaVersionError(CatalogError):
     """The catalog database was created by another version of Delta Barrier."""
 

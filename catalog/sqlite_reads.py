@@ -33,6 +33,8 @@ from catalog.errors import (
     UnknownEpochError,
     UnknownTableError,
     UnknownTagError,
+    driver_message,
+    says_read_only,
 )
 from catalog.models import EpochExpiry, Pin, TableInfo, Tag, pin_ttl
 from catalog.urls import catalog_url
@@ -178,12 +180,10 @@ class SqliteReads:
     # -- statements --------------------------------------------------------------------
 
     def _unavailable(self, exc: sqlite3.Error) -> CatalogUnavailableError | CatalogReadOnlyError:
-        reason = str(exc).strip().splitlines()
-        text = reason[0] if reason else type(exc).__name__
-        if "readonly" in text.lower():
+        if says_read_only(exc):
             return CatalogReadOnlyError(url=self.url)
         return CatalogUnavailableError(
-            backend="sqlite", host=None, database=str(self.path), reason=text
+            backend="sqlite", host=None, database=str(self.path), reason=driver_message(exc)
         )
 
     def _all(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
