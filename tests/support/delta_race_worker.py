@@ -1,11 +1,13 @@
 """A process racing others on one Delta table through the fenced commit path.
 
-Usage: python delta_race_worker.py LOCATION JOB GENERATION NAME COMMITS START_AT [--claim W]
+Usage: python delta_race_worker.py LOCATION JOB GENERATION NAME COMMITS START_AT
+           [--claim W] [--for SECONDS]
 
 Waits until START_AT (a Unix time) and claims the table for JOB at GENERATION (a runner
 commits only to tables it claimed); with ``--claim W``, it first waits until worker W has
-5 commits in the log. Then it commits COMMITS empty commits (metadata: worker NAME, index i). Prints one JSON
-object: the versions its commits returned, the claim's version, and how it stopped.
+5 commits in the log. Then it commits COMMITS empty commits (metadata: worker NAME, index
+i), or with ``--for``, as many as it can until fenced or SECONDS have passed. Prints one
+JSON object: the versions its commits returned, the claim's version, and how it stopped.
 """
 
 from __future__ import annotations
@@ -36,7 +38,11 @@ def main(argv: list[str]) -> int:
             time.sleep(0.01)
     report["claimed_at"] = claim_table(location, fence=fence)
     schema = pa.schema([("id", pa.int64())])
+    until = time.time() + float(argv[argv.index("--for") + 1]) if "--for" in argv else None
     for index in range(int(commits)):
+        if until is not None and time.time() > until:
+            report["stop"] = "time is up"
+            break
         try:
             version = commit_files(
                 location,
