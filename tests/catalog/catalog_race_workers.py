@@ -53,6 +53,12 @@ def register_pipeline(results, url, start, pipeline, table):
         catalog.close()
 
 
+def _wait(event, what: str) -> None:
+    """Wait for the other instance's step; a timeout is a failure that says which step."""
+    if not event.wait(timeout=300):
+        raise TimeoutError(f"timed out waiting for {what}")
+
+
 def zombie(results, url, lease_ttl, a_ready, b_took_over, a_done):
     """Instance A: takes the lease, records an epoch, stalls past its lease, then seals."""
     catalog = load_catalog(url)
@@ -62,7 +68,7 @@ def zombie(results, url, lease_ttl, a_ready, b_took_over, a_done):
         "raw", epoch, delta_version=1, job="ingest", attempt=1, generation=lease.generation
     )
     a_ready.set()
-    b_took_over.wait(timeout=30)
+    _wait(b_took_over, "B to take the lease over")
     try:
         catalog.seal("ingest", lease.generation, [SealRequest("raw", epoch, 1)])
     except DeltaBarrierError as error:
@@ -77,7 +83,7 @@ def zombie(results, url, lease_ttl, a_ready, b_took_over, a_done):
 def successor(results, url, a_ready, b_took_over, a_done):
     """Instance B: takes over the lease once A's expired, then replays and seals."""
     catalog = load_catalog(url)
-    a_ready.wait(timeout=30)
+    _wait(a_ready, "A to take the lease")
     while True:
         try:
             lease = catalog.acquire_lease("ingest", "instance-b", ttl_seconds=30)
@@ -85,7 +91,7 @@ def successor(results, url, a_ready, b_took_over, a_done):
         except LeaseHeldError:
             time.sleep(0.05)
     b_took_over.set()
-    a_done.wait(timeout=30)
+    _wait(a_done, "A to try its seal")
     epoch = catalog.latest_epoch().id
     catalog.record_processed(
         "raw", epoch, delta_version=2, job="ingest", attempt=2, generation=lease.generation

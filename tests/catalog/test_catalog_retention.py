@@ -116,12 +116,14 @@ def test_expired_pins_are_not_active_and_cannot_be_renewed(catalog):
 
 def test_expired_pins_are_removed_live_ones_kept(catalog):
     (e1,) = epochs(catalog, 1)
+    # Long enough that the first sweep certainly comes before it expires, however slow.
+    ttl = 3.0
     dead = catalog.create_pin(
-        pipeline=None, epoch=e1, versions={"t": 1}, holder="r", ttl_seconds=SHORT_TTL
+        pipeline=None, epoch=e1, versions={"t": 1}, holder="r", ttl_seconds=ttl
     )
     live = catalog.create_pin(pipeline=None, epoch=e1, versions={}, holder="r", ttl_seconds=60)
     assert catalog.remove_expired_pins() == 0
-    time.sleep(SHORT_TTL + 0.1)
+    time.sleep(ttl + 0.1)
     assert catalog.remove_expired_pins(dry_run=True) == 1
     assert catalog.remove_expired_pins() == 1
     assert catalog.remove_expired_pins() == 0

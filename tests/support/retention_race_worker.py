@@ -1,8 +1,12 @@
 """A process racing others on one warehouse's retention, without Spark.
 
 Usage:
-  python retention_race_worker.py reader CATALOG_URL WAREHOUSE EXPECTED_JSON START_AT SECONDS SEED
-  python retention_race_worker.py maintain CATALOG_URL WAREHOUSE CLOCK_JSON START_AT SECONDS
+  python retention_race_worker.py reader CATALOG_URL WAREHOUSE EXPECTED_JSON GO SECONDS SEED
+  python retention_race_worker.py maintain CATALOG_URL WAREHOUSE CLOCK_JSON GO SECONDS
+
+Once it has imported everything and opened the catalog, a worker creates ``GO.ready-<pid>``
+and waits for the file GO, which holds the race's start (a Unix time) START_AT: every worker
+races for the same SECONDS however long it took to start.
 
 ``reader``: until START_AT + SECONDS, opens pinned repeatable-read snapshots (the public
 reader, ``etl.snapshot`` as a context manager) of random epochs of EXPECTED_JSON (epoch ->
@@ -21,6 +25,7 @@ Each prints one JSON object.
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import time
@@ -44,15 +49,27 @@ def _rows(reader, table: str) -> list[list]:
     return sorted(map(list, zip(*(c.to_pylist() for c in arrow.columns), strict=True)))
 
 
-def reader(url: str, warehouse: str, expected_json: str, start_at: str, seconds: str, seed: str):
+def _start_at(go: str) -> float:
+    """Say this process is ready, then wait for the race's start (see the module)."""
+    Path(f"{go}.ready-{os.getpid()}").touch()
+    deadline = time.monotonic() + 600
+    while not Path(go).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {go} after 600 s")
+        time.sleep(0.01)
+    start_at = float(Path(go).read_text())
+    while time.time() < start_at:
+        time.sleep(0.01)
+    return start_at
+
+
+def reader(url: str, warehouse: str, expected_json: str, go: str, seconds: str, seed: str):
     expected = json.loads(Path(expected_json).read_text())
     catalog = load_catalog(url or None, warehouse=warehouse)
     rng = random.Random(int(seed))
     epochs = sorted(expected)
     report: dict = {"ok": 0, "lost": 0, "failures": [], "pinned": [], "lost_epochs": []}
-    while time.time() < float(start_at):
-        time.sleep(0.01)
-    deadline = float(start_at) + float(seconds)
+    deadline = _start_at(go) + float(seconds)
     while time.time() < deadline:
         epoch = rng.choice(epochs)
         try:
@@ -83,18 +100,17 @@ def reader(url: str, warehouse: str, expected_json: str, start_at: str, seconds:
     print(json.dumps(report))
 
 
-def maintain(url: str, warehouse: str, clock_json: str, start_at: str, seconds: str):
+def maintain(url: str, warehouse: str, clock_json: str, go: str, seconds: str):
     from etl.retention.maintain import maintain as run_maintenance
 
     clock = json.loads(Path(clock_json).read_text())
     catalog = load_catalog(url or None, warehouse=warehouse)
     start = datetime.fromisoformat(clock["start"])
     report: dict = {"runs": 0, "expired": [], "files_removed": 0, "compacted": 0, "errors": []}
-    while time.time() < float(start_at):
-        time.sleep(0.01)
-    deadline = float(start_at) + float(seconds)
+    start_at = _start_at(go)
+    deadline = start_at + float(seconds)
     while time.time() < deadline:
-        now = start + timedelta(hours=(time.time() - float(start_at)) * clock["hours_per_second"])
+        now = start + timedelta(hours=(time.time() - start_at) * clock["hours_per_second"])
         try:
             result = run_maintenance(
                 catalog, now=now, orphan_age=ORPHAN_AGE, min_files=2, lease_ttl_seconds=30

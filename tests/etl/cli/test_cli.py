@@ -29,6 +29,7 @@ from etl.faults import FAULT_ENV, FAULT_EXIT_CODE
 from etl.quality import GateOutcome
 from etl.reader import snapshot
 from tests.support.cli_runner import REPO, etl, etl_here, start
+from tests.support.faults.process import wait_stopped
 
 pytestmark = [pytest.mark.spark]
 
@@ -96,9 +97,9 @@ def snapshot_line(stderr: str) -> dict:
 class TerminalRun:
     """An ``etl`` process whose stderr is a pseudo-terminal, as in an interactive shell."""
 
-    def __init__(self, *args: str | Path, cwd: Path) -> None:
+    def __init__(self, *args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> None:
         master, slave = pty.openpty()
-        self.process = start(*args, cwd=cwd, stderr=slave, stdin=subprocess.DEVNULL)
+        self.process = start(*args, cwd=cwd, env=env, stderr=slave, stdin=subprocess.DEVNULL)
         os.close(slave)
         self._chunks: list[bytes] = []
         self._reader = threading.Thread(target=self._drain, args=(master,), daemon=True)
@@ -149,26 +150,34 @@ def known(tmp_path_factory) -> Known:
     run = ("run", WORDCOUNT, "--once", "--param", f"input_dir={incoming}", "--warehouse", warehouse)
 
     # 1. Two runs at once: "first" (stderr on a terminal) holds the pipeline, so "busy"
-    #    is refused and "waiter" waits for it with --wait, then runs an empty epoch.
-    first = TerminalRun(*run, cwd=root)
-
-    def holding() -> bool:
-        if first.process.poll() is not None:
-            raise AssertionError(f"the first run ended early: {first.wait()}")
-        lease = k.catalog.get_lease("ingest_words")
-        return lease is not None and lease.expires_at > datetime.now(UTC)
-
-    wait_for(holding, what="the first run to take the pipeline's leases")
+    #    is refused and "waiter" waits for it with --wait, then runs an empty epoch. The
+    #    first run is frozen mid-epoch (leases held, a long lease so that they cannot
+    #    expire meanwhile) until the waiter says it waits, however slowly the others start.
+    first = TerminalRun(
+        *run, "--lease-ttl", "600", cwd=root, env={FAULT_ENV: "pause:after_commit@ingest_words"}
+    )
+    if not wait_stopped(first.process.pid, timeout=300, poll=first.process.poll):
+        first.process.kill()
+        raise AssertionError(f"the first run did not reach its pause: {first.wait()}")
+    lease = k.catalog.get_lease("ingest_words")
+    assert lease is not None and lease.expires_at > datetime.now(UTC)
     k.holder_pid = first.process.pid
     busy = etl(*run, cwd=root)
     k.outcomes["busy"] = (busy.returncode, busy.stdout, busy.stderr)
-    waiter = start(*run, "--wait", "600", cwd=root)
+    waiter_log = root / "waiter.stderr"
+    with waiter_log.open("w") as log:
+        waiter = start(*run, "--wait", "600", cwd=root, stderr=log)
+    wait_for(
+        lambda: "waiting for " in waiter_log.read_text() or waiter.poll() is not None,
+        what="the waiting run to wait",
+    )
+    first.process.send_signal(signal.SIGCONT)
     code, text = first.wait()
     k.outcomes["first"] = (code, "", text)
     k.v1_after_first = versions_at(k.catalog, 1)
     k.after_first = contents(k.catalog)
-    stdout, stderr = waiter.communicate(timeout=600)
-    k.outcomes["waiter"] = (waiter.returncode, stdout, stderr)
+    stdout, _ = waiter.communicate(timeout=600)
+    k.outcomes["waiter"] = (waiter.returncode, stdout, waiter_log.read_text())
     k.epochs_after_wait = [e.id for e in k.catalog.epochs()]
     k.after_wait = contents(k.catalog)
     k.v1_after_wait = versions_at(k.catalog, 1)

@@ -326,7 +326,7 @@ def test_kill_9_then_run_takes_over_at_once_and_sigterm_releases(tmp_path):
             commit = catalog.latest_commit()
             if commit is not None and commit.epoch > sealed_before:
                 break
-            assert time.monotonic() - killed_at < 120
+            assert time.monotonic() - killed_at < 300, "the next run sealed no epoch"
             time.sleep(0.2)
     took = time.monotonic() - killed_at
     print(f"kill -9 -> next run's first sealed epoch: {took:.1f} s")

@@ -253,20 +253,40 @@ def test_compaction_coexists_with_a_continuous_run(tmp_path, spark):
             env.drop()  # new data keeps arriving
             outside.append(maintain(catalog, orphan_age=timedelta(0), min_files=2))
 
+    def compacted_then_written() -> bool:
+        history = DeltaTable(env.location("orders")).history()
+        compacted = [h["version"] for h in history if h.get(MAINTENANCE_META) == "compaction"]
+        return bool(compacted) and any(
+            h["version"] > min(compacted) and MAINTENANCE_META not in h for h in history
+        )
+
+    stop = threading.Event()
+
+    def watch() -> None:  # the run goes on until all of it happened, however slow the machine
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (
+            inside.totals.compacted_files >= 2
+            and not thread.is_alive()
+            and compacted_then_written()
+        ):
+            time.sleep(0.2)
+        stop.set()
+
     thread = threading.Thread(target=cron)
+    watcher = threading.Thread(target=watch)
     env.drop()  # for the first epoch of the run, sealed on top of the compacted files
     thread.start()
     try:
         with inside:
-            result = env.runner.run_continuous(
-                epoch_interval=1.0, stop=threading.Event(), max_epochs=3
-            )
+            watcher.start()
+            result = env.runner.run_continuous(epoch_interval=1.0, stop=stop)
     finally:
         env.runner.release()
     thread.join()
+    watcher.join()
     assert result.ok, result
     assert inside.totals.compacted_files >= 2 and not inside.totals.errors, inside.totals
-    assert len(result.epochs_opened) == 3 and not result.failures
+    assert len(result.epochs_opened) >= 2 and not result.failures
     assert any("held by a live run" in s for r in outside for t in r.tables for s in t.skipped)
     # maintenance inside the run compacted the tables while no batch of their job ran,
     # under the run's own leases, and the run kept sealing epochs on top of them

@@ -58,12 +58,12 @@ def _race(tmp_path: Path, spark, catalog_url: str | None) -> None:
     clock = {"start": (BASE + timedelta(hours=EPOCHS - 1)).isoformat()}
     (tmp_path / "clock.json").write_text(json.dumps(clock | {"hours_per_second": HOURS_PER_SECOND}))
     worker_env = os.environ | {"PYTHONPATH": str(REPO)}
-    start_at = time.time() + 4.0  # every process has imported its modules by then
+    go = tmp_path / "go"
     common = [catalog_url or "", str(env.warehouse)]
     procs = [
         subprocess.Popen(
             [sys.executable, str(WORKER), "reader", *common, str(tmp_path / "expected.json")]
-            + [str(start_at), str(RACE_SECONDS), str(seed)],
+            + [str(go), str(RACE_SECONDS), str(seed)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -74,13 +74,22 @@ def _race(tmp_path: Path, spark, catalog_url: str | None) -> None:
     procs.append(
         subprocess.Popen(
             [sys.executable, str(WORKER), "maintain", *common, str(tmp_path / "clock.json")]
-            + [str(start_at), str(RACE_SECONDS)],
+            + [str(go), str(RACE_SECONDS)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=worker_env,
         )
     )
+    deadline = time.monotonic() + 600
+    while len(list(tmp_path.glob("go.ready-*"))) < len(procs):  # all imported, all connected
+        dead = [p.communicate() for p in procs if p.poll() is not None]
+        assert not dead, dead
+        assert time.monotonic() < deadline, "the racing processes did not start"
+        time.sleep(0.05)
+    start_at = time.time() + 0.5
+    go.with_name("go.tmp").write_text(repr(start_at))
+    go.with_name("go.tmp").rename(go)
     while time.time() < start_at + 0.5:
         time.sleep(0.05)
     for hour in range(EPOCHS, EPOCHS + NEW_EPOCHS):  # new epochs keep arriving

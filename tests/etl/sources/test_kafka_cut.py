@@ -88,8 +88,14 @@ def _all_records(bootstrap: str, topic: str) -> dict[int, list[tuple[int, int]]]
     consumer.seek_to_beginning(*partitions)
     found: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
     try:
+        # Every partition up to its end, then nothing more for a second (the end offset a
+        # broker reports may be short of its last record); a slow first fetch only waits.
+        deadline = time.monotonic() + 120
         idle_since = time.monotonic()
-        while time.monotonic() - idle_since < 1.0:
+        while time.monotonic() < deadline and (
+            time.monotonic() - idle_since < 1.0
+            or any(len(found[tp.partition]) < ends[tp] for tp in partitions)
+        ):
             for tp, records in consumer.poll(timeout_ms=200).items():
                 found[tp.partition].extend((r.offset, r.timestamp) for r in records)
                 idle_since = time.monotonic()
