@@ -252,6 +252,8 @@ def test_concurrent_runs_do_not_both_write(known):
     assert f":{known.holder_pid}:" in stderr  # the holder: host:pid:instance
     assert "nothing was written" in stderr
     assert "its process is alive on this host" in stderr and "--wait SECONDS" in stderr
+    # The waiting run waited for the holder (frozen until it said so), then ran.
+    assert "waiting for " in known.outcomes["waiter"][2]
     # The refused run opened no epoch; the waiting one ran after the holder, adding nothing
     # twice: each input word is in `words` exactly once and counted once.
     assert known.epochs_after_wait == [1, 2]
