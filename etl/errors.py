@@ -6,12 +6,14 @@ branch; :class:`InternalError` marks a bug (an invariant that does not hold).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from enum import IntEnum
 
 from catalog.errors import DeltaBarrierError
 
 __all__ = [
+    "without_ansi",
     "CommitConflictError",
     "ExitCode",
     "DeltaBarrierError",
@@ -362,6 +364,15 @@ class PipelineBusyError(EtlError):
             f"pipeline {pipeline!r} is being run by {owner} ({held}{process}); nothing was "
             "written. Wait for that run with --wait SECONDS, or let it finish"
         )
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def without_ansi(text: str) -> str:
+    """A library's message without its terminal colour codes (sqlglot and DuckDB colour
+    theirs): the text of an error of ours."""
+    return _ANSI.sub("", text)
 
 
 def _when(value: object) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 
@@ -20,6 +21,9 @@ child process's, which inherit the environment): each runs small jobs for second
 minutes, where C2's and G1's background threads cost more CPU than they save (about half
 of a JVM's CPU to start and run a few small queries, on 2 cores shared with the test)."""
 os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
+# Kept query translations (etl/reader/translation.py) go to a directory of this test
+# session, never to the user's cache (child processes inherit it).
+os.environ.setdefault("DELTA_BARRIER_CACHE_DIR", tempfile.mkdtemp(prefix="delta-barrier-cache-"))
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "DELTA_BARRIER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

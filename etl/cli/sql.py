@@ -125,12 +125,12 @@ def sql(
     Example: etl sql "SELECT cnt, words FROM cnt_counts" --consistency repeatable-read
     """
     from catalog import as_utc
-    from etl.reader import parse_query, snapshot
+    from etl.reader import snapshot, translate
 
     level = parse_consistency(consistency)
     when = time_travel(level, as_of_epoch, as_of_time, as_of_tag)
 
-    parse_query(query)  # a syntax error is reported before anything opens
+    translate(query)  # a syntax error is reported before anything opens
     with (
         open_catalog_reads(warehouse, catalog_url) as catalog,
         # Resolved before any engine starts: an unknown table or epoch is reported at once.

@@ -59,7 +59,7 @@ def resolve_cut(
         as_of_epoch, seen_at = tag.epoch, tag.created_at
     if isinstance(tables_or_sql, str):
         if looks_like_sql(tables_or_sql):
-            from etl.reader.query import tables_in_sql
+            from etl.reader.translation import tables_in_sql
 
             tables = tables_in_sql(tables_or_sql)
         else:

@@ -13,7 +13,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.scope import build_scope
 
-from etl.errors import SqlTablesError
+from etl.errors import SqlTablesError, without_ansi
+from etl.reader.translation import OutputNames, spark_column_names
 
 
 @dataclass(frozen=True)
@@ -35,38 +36,40 @@ class ParsedQuery:
         from sqlglot.errors import ErrorLevel
 
         expression = self.expression
-        if schema and expression.find(exp.Avg) is not None:
+        if schema and self.averages:
             expression = _spark_decimal_averages(expression, schema)
         return expression.sql(dialect="duckdb", unsupported_level=ErrorLevel.IGNORE)
 
-    def column_names(self, returned: Sequence[str]) -> list[str]:
-        """The result's column names, the same whichever engine ran the query: an output
-        column the query does not name (``count(*)``) is named as Spark names it
-        (``count(1)``), not as the engine that ran it did (DuckDB: ``count_star()``).
-        ``returned``: the names the engine gave, star columns included."""
+    @functools.cached_property
+    def output_names(self) -> OutputNames:
+        """The name Spark gives each output column the query writes (None for a star):
+        as the query writes it (an alias, a column), else as Spark names an unnamed one
+        (``count(*)`` is ``count(1)``); None when the query is not a SELECT (its columns
+        keep the engine's names). A UNION's columns are named by its first query."""
         select = self.expression
         while isinstance(select, exp.SetOperation):
-            select = select.left  # a UNION's columns are named by its first query
+            select = select.left
         if not isinstance(select, exp.Select):
-            return list(returned)
-        projections = select.expressions
-        stars = [i for i, p in enumerate(projections) if p.is_star]
-        if not stars and len(projections) != len(returned):
-            return list(returned)
-        names = list(returned)
-        for index, projection in enumerate(projections):
-            if projection.is_star:
-                continue
-            # Spark names a column as the query writes it (DuckDB as its schema does)
-            if isinstance(projection, exp.Alias | exp.Column):
-                name = projection.alias_or_name
-            else:
-                name = _spark_column_name(projection)
-            if not stars or index < stars[0]:
-                names[index] = name
-            elif index > stars[-1]:
-                names[len(names) - (len(projections) - index)] = name
-        return names
+            return None
+        return tuple(
+            None
+            if projection.is_star
+            else projection.alias_or_name
+            if isinstance(projection, exp.Alias | exp.Column)
+            else _spark_column_name(projection)
+            for projection in select.expressions
+        )
+
+    @property
+    def averages(self) -> bool:
+        """Whether the query's DuckDB text depends on the tables' column types (it takes
+        an AVG, typed by Spark's rules: :meth:`for_duckdb`)."""
+        return self.expression.find(exp.Avg) is not None
+
+    def column_names(self, returned: Sequence[str]) -> list[str]:
+        """The result's column names, the same whichever engine ran the query
+        (:func:`~etl.reader.translation.spark_column_names`)."""
+        return spark_column_names(self.output_names, returned)
 
 
 def _spark_column_name(expression: exp.Expression) -> str:
@@ -191,14 +194,6 @@ def _position(statement: exp.Expression | exp.Query, name: str) -> int:
     return 0
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def without_ansi(text: str) -> str:
-    """``text`` without terminal colour codes (sqlglot and DuckDB put them in messages)."""
-    return _ANSI.sub("", text)
-
-
 def _parse_problem(exc: sqlglot.errors.ParseError) -> str:
     """A parse error in words: where, and what (never sqlglot's class names or ANSI codes)."""
     if not exc.errors:
@@ -218,12 +213,4 @@ def _parse_problem(exc: sqlglot.errors.ParseError) -> str:
     return f"cannot parse the SQL: {description} ({where})"
 
 
-def tables_in_sql(sql: str) -> list[str]:
-    """The table names a SQL query reads (CTEs, aliases, hints excluded), in order of appearance."""
-    tables = list(parse_query(sql).tables)
-    if not tables:
-        raise SqlTablesError(sql=sql, problem="the SQL reads no table")
-    return tables
-
-
-__all__ = ["ParsedQuery", "parse_query", "tables_in_sql", "without_ansi"]
+__all__ = ["ParsedQuery", "parse_query"]

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from catalog import CatalogReads, TableInfo
-    from etl.reader.query import ParsedQuery
+    from etl.reader.translation import TranslatedQuery
     from etl.retention.pins import PinHolder
 
 
@@ -314,15 +314,15 @@ class SnapshotReader:
 
     def sql(self, query: str) -> DataFrame:
         """Run SQL over temporary views of the snapshot's tables (in a private Spark session)."""
-        from etl.reader.query import parse_query
+        from etl.reader.translation import translate
 
-        parsed = parse_query(query)
+        parsed = translate(query)
         session = self._spark_session().newSession()
         for name in self._names_in(parsed):
             self._read(session, name).createOrReplaceTempView(name)
         return session.sql(query)
 
-    def _names_in(self, parsed: ParsedQuery) -> list[str]:
+    def _names_in(self, parsed: TranslatedQuery) -> list[str]:
         by_lower = {t.lower(): t for t in self._locations}
         return [by_lower[n.lower()] for n in parsed.tables if n.lower() in by_lower]
 
@@ -379,9 +379,9 @@ class SnapshotReader:
         ``spark``. For one snapshot both engines give the same answer.
         """
         if engine == "spark":
-            from etl.reader.query import parse_query
+            from etl.reader.translation import translate
 
-            parsed = parse_query(sql)
+            parsed = translate(sql)
             frame = self.sql(sql)
             if limit is not None:
                 frame = frame.limit(limit)
@@ -401,20 +401,21 @@ class SnapshotReader:
         self,
         sql: str,
         limit: int | None,
-        fetch: Callable[[duckdb.DuckDBPyRelation, ParsedQuery], _Result],
+        fetch: Callable[[duckdb.DuckDBPyRelation, TranslatedQuery], _Result],
     ) -> _Result:
         """``fetch`` of the query's relation on a connection with the snapshot's views;
         DuckDB's errors as UsageError (FilesRemovedError for files removed outside Delta
         Barrier)."""
         import duckdb
 
-        from etl.reader.query import parse_query, without_ansi
+        from etl.errors import without_ansi
+        from etl.reader.translation import translate
 
-        parsed = parse_query(sql)
+        parsed = translate(sql)
         attached_before = len(self._attached)
         connection = self._duckdb_views()
         try:
-            text = parsed.for_duckdb(self._spark_types(self._names_in(parsed)))
+            text = parsed.for_duckdb(lambda: self._spark_types(self._names_in(parsed)))
             try:
                 # The relation's limit keeps the result's column names; a subquery
                 # (SELECT * FROM (...) LIMIT n) would rename duplicates to word_1.
@@ -565,12 +566,12 @@ def _same_in_python(kind: Any, *, nested: bool = False) -> bool:
     return True
 
 
-def _arrow_result(relation: duckdb.DuckDBPyRelation, parsed: ParsedQuery) -> pa.Table:
+def _arrow_result(relation: duckdb.DuckDBPyRelation, parsed: TranslatedQuery) -> pa.Table:
     result = relation.fetch_arrow_table()
     return result.rename_columns(parsed.column_names(result.column_names))
 
 
-def _python_rows(relation: duckdb.DuckDBPyRelation, parsed: ParsedQuery) -> QueryRows:
+def _python_rows(relation: duckdb.DuckDBPyRelation, parsed: TranslatedQuery) -> QueryRows:
     """The relation's rows as Arrow's ``to_pylist`` would give them: fetched as Python
     values where every column's type is in :data:`_AS_ARROW`, else through Arrow."""
     types = relation.types
