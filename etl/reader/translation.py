@@ -196,7 +196,8 @@ def _digest_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _entry_path(sql: str) -> Path | None:
+def entry_path(sql: str) -> Path | None:
+    """The file that keeps the translation of ``sql`` (None: none is kept)."""
     directory = cache_directory()
     fingerprint = translator_fingerprint()
     if directory is None or fingerprint is None:
@@ -206,7 +207,7 @@ def _entry_path(sql: str) -> Path | None:
 
 def _read_entry(sql: str) -> dict | None:
     """The kept entry of ``sql``, if one was written for this text by this translator."""
-    path = _entry_path(sql)
+    path = entry_path(sql)
     if path is None:
         return None
     try:
@@ -232,7 +233,7 @@ def _duckdb_texts(entry: dict | None) -> dict[str, str]:
 
 def _write_entry(query: TranslatedQuery, duckdb_texts: Mapping[str, str]) -> None:
     """Keep ``query``'s translation (a cache that cannot be written is skipped)."""
-    path = _entry_path(query.text)
+    path = entry_path(query.text)
     if path is None:
         return
     entry = {
@@ -276,6 +277,7 @@ __all__ = [
     "OutputNames",
     "TranslatedQuery",
     "cache_directory",
+    "entry_path",
     "spark_column_names",
     "tables_in_sql",
     "translate",

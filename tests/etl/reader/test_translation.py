@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from etl.errors import SqlTablesError
-from etl.reader import translation
+from etl.reader import query, translation
 from etl.reader.query import parse_query
 from etl.reader.translation import CACHE_ENV, tables_in_sql, translate
 
@@ -42,7 +42,7 @@ def no_sqlglot(monkeypatch):
     def refuse(sql):
         raise AssertionError(f"sqlglot asked to parse {sql!r}")
 
-    monkeypatch.setattr(translation, "_parsed", refuse)
+    monkeypatch.setattr(query, "parse_query", refuse)
 
 
 @pytest.mark.parametrize("sql", QUERIES)
@@ -87,7 +87,7 @@ def test_an_entry_of_another_translator_or_another_text_is_not_used(monkeypatch,
     monkeypatch.undo()
     monkeypatch.setenv(CACHE_ENV, str(cache.parent))
     # The older translator's entry, moved to where this translator's would be.
-    path = translation._entry_path(sql)
+    path = translation.entry_path(sql)
     written.rename(path)
     no_sqlglot(monkeypatch)
     with pytest.raises(AssertionError, match="sqlglot asked"):
@@ -109,7 +109,7 @@ def test_a_damaged_entry_is_translated_again_and_replaced(damage, monkeypatch, c
     sql = QUERIES[1]
     expected = translate(sql)
     text = expected.for_duckdb(dict)
-    path = translation._entry_path(sql)
+    path = translation.entry_path(sql)
     if damage == '{"format": 1}':
         damage = json.dumps(
             {"format": 1, "fingerprint": translation.translator_fingerprint(), "text": sql}
