@@ -154,11 +154,14 @@ def _parsed(sql: str) -> ParsedQuery:
 
 
 def cache_directory() -> Path | None:
-    """Where translations are kept (None: nowhere)."""
+    """Where translations are kept (None: nowhere, also when there is no home directory)."""
     configured = os.environ.get(CACHE_ENV)
-    if configured is not None:
-        return Path(configured).expanduser() / "queries" if configured.strip() else None
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    try:
+        if configured is not None:
+            return Path(configured).expanduser() / "queries" if configured.strip() else None
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    except RuntimeError:  # no home directory to expand "~" to
+        return None
     return Path(base) / "delta-barrier" / "queries"
 
 

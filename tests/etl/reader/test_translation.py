@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -156,3 +157,21 @@ def test_no_cache_when_turned_off_or_unwritable(tmp_path, monkeypatch):
     translate.cache_clear()
     assert translate(QUERIES[0]).tables == ("words", "word_counts")  # the read goes on
     assert blocker.read_text() == "not a directory"
+
+
+def test_the_default_cache_is_the_users_and_none_without_a_home(tmp_path, monkeypatch):
+    monkeypatch.delenv(CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert translation.cache_directory() == tmp_path / "xdg" / "delta-barrier" / "queries"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert (
+        translation.cache_directory() == tmp_path / "home" / ".cache" / "delta-barrier" / "queries"
+    )
+
+    def homeless(cls):
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", classmethod(homeless))
+    assert translation.cache_directory() is None
+    assert translate(QUERIES[0]).tables == ("words", "word_counts")  # the read goes on
