@@ -265,6 +265,14 @@ def print_query(result: QueryRows, fmt: str) -> None:
     print_rows(result.columns, result.rows, fmt, null="[dim italic]NULL[/]")
 
 
+def pipeline_cuts(cut: dict) -> str:
+    """A cut over tables of several pipelines (``SnapshotReader.describe()``) in one line:
+    each pipeline's epoch and barrier, and the barrier time they are aligned at."""
+    return f"aligned_at={cut['aligned_at']} " + " ".join(
+        f"{p['pipeline']}:epoch={p['epoch']},barrier_ts={p['barrier_ts']}" for p in cut["pipelines"]
+    )
+
+
 __all__ = [
     "echo",
     "err",
@@ -272,6 +280,7 @@ __all__ = [
     "json_text",
     "note",
     "out",
+    "pipeline_cuts",
     "print_json",
     "print_query",
     "print_rows",

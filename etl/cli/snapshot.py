@@ -17,7 +17,7 @@ from etl.cli.app import (
     open_catalog_reads,
     parse_consistency,
 )
-from etl.cli.render import echo, note, print_json, print_rows
+from etl.cli.render import echo, note, pipeline_cuts, print_json, print_rows
 from etl.cli.sql import AsOfEpoch, AsOfTag, AsOfTime, time_travel
 
 
@@ -118,12 +118,4 @@ def _refuse_tables_never_written(cut: dict) -> None:
         )
 
 
-def pipeline_cuts(cut: dict) -> str:
-    """A cut over tables of several pipelines (``SnapshotReader.describe()``) in one line:
-    each pipeline's epoch and barrier, and the barrier time they are aligned at."""
-    return f"aligned_at={cut['aligned_at']} " + " ".join(
-        f"{p['pipeline']}:epoch={p['epoch']},barrier_ts={p['barrier_ts']}" for p in cut["pipelines"]
-    )
-
-
-__all__ = ["pipeline_cuts", "snapshot_command"]
+__all__ = ["snapshot_command"]

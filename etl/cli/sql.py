@@ -22,7 +22,7 @@ from etl.cli.app import (
     open_catalog_reads,
     parse_consistency,
 )
-from etl.cli.render import note, print_query
+from etl.cli.render import note, pipeline_cuts, print_query
 
 
 class Engine(StrEnum):
@@ -152,8 +152,6 @@ def sql(
             note(f"barrier_ts={as_utc(barrier).isoformat()}")
         cut = reader.describe()
         if "pipelines" in cut:
-            from etl.cli.snapshot import pipeline_cuts
-
             note(pipeline_cuts(cut))
         if engine is Engine.SPARK:
             result = _run_on_spark(reader, query, limit=limit, master=master)

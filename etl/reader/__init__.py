@@ -5,6 +5,7 @@ and read every table through it, from Spark or from lighter engines.
 - :mod:`etl.reader.query`: Spark SQL read by sqlglot (tables, DuckDB's dialect, errors);
 - :mod:`etl.reader.translation`: what a read needs of its query, kept on disk so that a
   query run again needs no sqlglot;
+- :mod:`etl.reader.names`: the names Spark gives a query's output columns;
 - :mod:`etl.reader.duckdb_session`: the process's DuckDB database, its Delta extension,
   and a cut as a DuckDB script;
 - :mod:`etl.reader.snapshot_reader`: :func:`snapshot` and :class:`SnapshotReader`.

@@ -14,7 +14,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import build_scope
 
 from etl.errors import SqlTablesError, without_ansi
-from etl.reader.translation import OutputNames, spark_column_names
+from etl.reader.names import OutputNames, spark_column_names
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class ParsedQuery:
 
     def column_names(self, returned: Sequence[str]) -> list[str]:
         """The result's column names, the same whichever engine ran the query
-        (:func:`~etl.reader.translation.spark_column_names`)."""
+        (:func:`~etl.reader.names.spark_column_names`)."""
         return spark_column_names(self.output_names, returned)
 
 

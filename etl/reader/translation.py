@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etl.errors import SqlTablesError
+from etl.reader.names import OutputNames, spark_column_names
 
 if TYPE_CHECKING:
     from etl.reader.query import ParsedQuery
@@ -46,35 +47,8 @@ MAX_ENTRIES = 1000
 """Translations kept; past it the oldest written are removed."""
 ENTRY_FORMAT = 1
 
-OutputNames = tuple[str | None, ...] | None
-"""The names Spark gives a query's output columns, one per column the query writes (None
-for a star, whose columns keep the names the engine gives); None when the engine's names
-are kept (the query is not a SELECT)."""
-
 Schema = Mapping[str, Mapping[str, str]]
 """Per table, column -> Spark SQL type."""
-
-
-def spark_column_names(output: OutputNames, returned: Sequence[str]) -> list[str]:
-    """A result's column names, the same whichever engine ran the query: each column the
-    query names (``output``) is named as Spark names it (``count(*)`` is ``count(1)``),
-    not as the engine that ran it did (DuckDB: ``count_star()``). ``returned``: the names
-    the engine gave, star columns included (columns before the first star and after the
-    last are matched by position from either end)."""
-    if output is None:
-        return list(returned)
-    stars = [index for index, name in enumerate(output) if name is None]
-    if not stars and len(output) != len(returned):
-        return list(returned)
-    names = list(returned)
-    for index, name in enumerate(output):
-        if name is None:
-            continue
-        if not stars or index < stars[0]:
-            names[index] = name
-        elif index > stars[-1]:
-            names[len(names) - (len(output) - index)] = name
-    return names
 
 
 @dataclass(frozen=True)
@@ -90,7 +64,7 @@ class TranslatedQuery:
     """Whether the DuckDB text depends on the tables' column types."""
 
     def column_names(self, returned: Sequence[str]) -> list[str]:
-        """See :func:`spark_column_names`."""
+        """See :func:`~etl.reader.names.spark_column_names`."""
         return spark_column_names(self.output_names, returned)
 
     def for_duckdb(self, column_types: Callable[[], Schema]) -> str:
@@ -277,11 +251,9 @@ def _drop_oldest(directory: Path) -> None:
 __all__ = [
     "CACHE_ENV",
     "MAX_ENTRIES",
-    "OutputNames",
     "TranslatedQuery",
     "cache_directory",
     "entry_path",
-    "spark_column_names",
     "tables_in_sql",
     "translate",
     "translator_fingerprint",
