@@ -72,13 +72,11 @@ class TranslatedQuery:
         types (``column_types`` is asked only for a query that averages)."""
         schema = column_types() if self.averages else {}
         typing_key = _digest(json.dumps(schema, sort_keys=True)) if schema else ""
-        cached = _read_entry(self.text)
-        if cached is not None and isinstance(cached.get("duckdb"), dict):
-            text = cached["duckdb"].get(typing_key)
-            if isinstance(text, str):
-                return text
+        kept = _duckdb_texts(_read_entry(self.text))
+        if typing_key in kept:
+            return kept[typing_key]
         text = _parsed(self.text).for_duckdb(schema or None)
-        _write_entry(self, {**_duckdb_texts(cached), typing_key: text})
+        _write_entry(self, {**kept, typing_key: text})
         return text
 
 
