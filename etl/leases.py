@@ -133,28 +133,26 @@ def busy_error(pipeline: str, held: LeaseHeldError | Lease) -> PipelineBusyError
     )
 
 
-def check_not_held(catalog: Catalog, pipeline: Pipeline, *, run_in: str | None = None) -> None:
+def check_not_held(
+    catalog: Catalog, pipeline: Pipeline, *, left_to_others: Callable[[], set[str]] | None = None
+) -> None:
     """PipelineBusyError if another live run holds an unexpired lease of one of the jobs
     (a lease whose owner process is gone from this host does not count: it is taken over).
-    For a run (``run_in``: its warehouse), the jobs a live ``etl recompute`` builds a
-    revision of do not count either: the run leaves them to it. Nothing is written: a
-    command calls it to refuse a busy pipeline before it starts Spark."""
+    The jobs ``left_to_others()`` names do not count either (for a run: those a live
+    ``etl recompute`` builds a revision of; asked only once a lease is held). Nothing is
+    written: a command calls it to refuse a busy pipeline before it starts Spark."""
     now = datetime.now(UTC)
-    recomputed: set[str] | None = None
+    left: set[str] | None = None
     for job in pipeline.ordered_jobs():
         lease = catalog.get_lease(job.name)
         if lease is None or lease.expires_at <= now:
             continue
         if owner_state(lease.owner) == "dead":
             continue
-        if run_in is not None:
-            if recomputed is None:  # only when a lease is held: it imports PySpark
-                from etl.recompute import requested_jobs
-                from etl.registration import catalog_pipeline_name
-
-                name = catalog_pipeline_name(pipeline, catalog, run_in)
-                recomputed = requested_jobs(catalog, pipeline, name, owner="")
-            if job.name in recomputed:
+        if left_to_others is not None:
+            if left is None:
+                left = left_to_others()
+            if job.name in left:
                 continue
         raise busy_error(pipeline.name, lease)
 

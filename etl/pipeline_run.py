@@ -203,11 +203,17 @@ class PipelineRun:
             pipeline = self.setup.load_pipeline(known)
             if known is not None:
                 from etl.leases import check_not_held, retry_while_busy
-                from etl.registration import check_registration
+                from etl.registration import catalog_pipeline_name, check_registration
+                from etl.revisions import requested_jobs
 
                 check_registration(known, pipeline, self.settings.warehouse)
+
+                def recomputed() -> set[str]:
+                    name = catalog_pipeline_name(pipeline, known, self.settings.warehouse)
+                    return requested_jobs(known, pipeline, name, owner="")
+
                 retry_while_busy(
-                    lambda: check_not_held(known, pipeline, run_in=self.settings.warehouse),
+                    lambda: check_not_held(known, pipeline, left_to_others=recomputed),
                     deadline=deadline,
                     on_wait=self.events.waiting,
                 )
@@ -276,7 +282,7 @@ def recover_pipeline(
     there is nothing to seal, roll back or discard, no Spark is started to say so."""
     from etl.engine import needs_recovery
     from etl.leases import check_not_held
-    from etl.recompute import abandoned_revisions
+    from etl.revisions import abandoned_revisions
     from etl.runner import Runner, RunResult, catalog_pipeline_name, undeclared
 
     check_not_held(catalog, pipeline)

@@ -29,7 +29,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
@@ -41,7 +40,6 @@ from catalog import (
     Lease,
     LeaseHeldError,
     Revision,
-    RevisionState,
     SealRequest,
     ValidationRecord,
     WriteMode,
@@ -59,9 +57,10 @@ from etl.delta import (
 from etl.engine import BatchResult, BatchWrite, EpochEngine, EpochWriter, recover
 from etl.errors import RecomputeError, SourceError
 from etl.faults import maybe_crash
-from etl.leases import LeaseKeeper, busy_error, make_owner, operator, owner_state
+from etl.leases import LeaseKeeper, busy_error, make_owner, operator
 from etl.pipeline import Job, Pipeline
 from etl.registration import catalog_pipeline_name
+from etl.revisions import abandoned_revisions, writer_of
 from etl.scheduling import DEFAULT_LEASE_TTL_SECONDS
 
 log = logging.getLogger(__name__)
@@ -105,18 +104,6 @@ class RecomputeResult:
 
 
 # -- which jobs --------------------------------------------------------------------------
-
-
-def writer_of(pipeline: Pipeline, table: str) -> Job:
-    """The job that writes ``table`` (its output or a side output)."""
-    for job in pipeline.ordered_jobs():
-        if table in pipeline.tables_of(job):
-            return job
-    raise RecomputeError(
-        f"table {table!r} is not written by a job of pipeline {pipeline.name!r}; "
-        f"its tables: {sorted(t for j in pipeline.ordered_jobs() for t in pipeline.tables_of(j))}",
-        tables=(table,),
-    )
 
 
 def recompute_jobs(pipeline: Pipeline, tables: Sequence[str], *, downstream: bool) -> list[Job]:
@@ -530,42 +517,6 @@ def _union(frames: Sequence[DataFrame]) -> DataFrame:
 # -- abandoned revisions -----------------------------------------------------------------
 
 
-def _is_alive(catalog: Catalog, revision: Revision) -> bool:
-    """Whether the recompute building ``revision`` may still be at work: its process runs
-    on this host, or (on another host) it holds a live lease of one of its jobs."""
-    state = owner_state(revision.owner)
-    if state != "unknown":
-        return state == "alive"
-    now = datetime.now(UTC)
-    return any(
-        (lease := catalog.get_lease(job)) is not None
-        and lease.owner == revision.owner
-        and lease.expires_at > now
-        for job in {t.writer_job for t in map(catalog.get_table, revision.tables) if t.writer_job}
-    )
-
-
-def building_revisions(catalog: Catalog, pipeline: str) -> list[Revision]:
-    """The pipeline's revisions BUILDING (a recompute at work, or one killed)."""
-    return [r for r in catalog.revisions(pipeline=pipeline) if r.state is RevisionState.BUILDING]
-
-
-def abandoned_revisions(catalog: Catalog, pipeline: str) -> list[Revision]:
-    """The pipeline's revisions BUILDING whose recompute is gone."""
-    return [r for r in building_revisions(catalog, pipeline) if not _is_alive(catalog, r)]
-
-
-def requested_jobs(catalog: Catalog, pipeline: Pipeline, name: str, *, owner: str) -> set[str]:
-    """The jobs of pipeline ``name`` that a live recompute other than ``owner`` builds a
-    revision of: a run leaves them to it until the revision is no longer BUILDING."""
-    return {
-        writer_of(pipeline, table).name
-        for revision in building_revisions(catalog, name)
-        if revision.owner != owner and _is_alive(catalog, revision)
-        for table in revision.tables
-    }
-
-
 def _roll_back(
     catalog: Catalog, pipeline: Pipeline, revision: Revision, leases: Mapping[str, Lease], note: str
 ) -> Revision:
@@ -712,11 +663,7 @@ __all__ = [
     "RecomputeResult",
     "RevisionWriter",
     "TableRecompute",
-    "abandoned_revisions",
-    "building_revisions",
     "discard_abandoned",
     "recompute",
     "recompute_jobs",
-    "requested_jobs",
-    "writer_of",
 ]

@@ -47,9 +47,10 @@ from etl.errors import (
 )
 from etl.leases import LeaseKeeper, busy_error, make_owner
 from etl.pipeline import Job, Pipeline
-from etl.recompute import discard_abandoned, requested_jobs
+from etl.recompute import discard_abandoned
 from etl.registration import catalog_pipeline_name, register_pipeline
 from etl.retention.gate import BatchGate
+from etl.revisions import requested_jobs
 from etl.scheduling import (
     DEFAULT_LEASE_TTL_SECONDS,
     DEFAULT_SLOW_BATCH_SECONDS,
