@@ -6,6 +6,8 @@ without SQLAlchemy, which ``import catalog`` does not import until ``load_catalo
 ``SqlCatalog`` is first used).
 """
 
+from typing import TYPE_CHECKING
+
 from catalog.base import SCHEMA_VERSION, Catalog
 from catalog.errors import (
     CatalogError,
@@ -84,6 +86,10 @@ from consistency.records import (
 )
 from consistency.states import LEGAL_TRANSITIONS, check_transition
 from consistency.timestamps import as_utc
+
+if TYPE_CHECKING:
+    from catalog.factory import load_catalog
+    from catalog.sql import SqlCatalog
 
 _SQLALCHEMY_EXPORTS = {"SqlCatalog": "catalog.sql", "load_catalog": "catalog.factory"}
 """Imported on first use: they bring SQLAlchemy, which a snapshot read of a SQLite

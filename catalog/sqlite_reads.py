@@ -31,6 +31,7 @@ from catalog.errors import (
     EpochExpiredError,
     PinExpiredError,
     UnknownEpochError,
+    UnknownRevisionError,
     UnknownTableError,
     UnknownTagError,
     driver_message,
@@ -287,6 +288,34 @@ class SqliteReads:
         )
         revisions = [rows.revision(row) for row in found]
         return [rev for rev in revisions if table is None or table in rev.tables]
+
+    def superseded_states(self, revision: int) -> list[TableEpoch]:
+        if self._first("SELECT id FROM revisions WHERE id = ?", (revision,)) is None:
+            raise UnknownRevisionError(revision)
+        found = self._all(
+            f"SELECT {_TABLE_EPOCH} FROM revision_states AS te WHERE te.revision = ? "
+            "ORDER BY te.table_name, te.epoch",
+            (revision,),
+        )
+        return [rows.table_epoch(row) for row in found]
+
+    def table_epochs(
+        self, table: str, *, after: int = 0, up_to: int | None = None, limit: int | None = None
+    ) -> list[TableEpoch]:
+        conditions = ["te.table_name = :table", "te.epoch > :after"]
+        if up_to is not None:
+            conditions.append("te.epoch <= :up_to")
+        found = self._all(
+            f"SELECT {_TABLE_EPOCH} FROM table_epochs AS te{_where(conditions)} "
+            "ORDER BY te.epoch LIMIT :limit",
+            {
+                "table": table,
+                "after": after,
+                "up_to": up_to,
+                "limit": -1 if limit is None else limit,
+            },
+        )
+        return [rows.table_epoch(row) for row in found]
 
     # -- retention ---------------------------------------------------------------------
 

@@ -323,7 +323,7 @@ def _resolve_commands(table: str, epoch: int, invocation: tuple[str, str]) -> st
 
 
 def _invocation(
-    pipeline_file: Path, params: list[str], warehouse: Path, catalog_url: str | None
+    pipeline_file: Path, params: list[str], warehouse: Path | str, catalog_url: str | None
 ) -> tuple[str, str]:
     """The run's warehouse and catalog, and its pipeline file and params, as ``etl
     resolve`` takes them (the catalog's password masked)."""

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import polars as pl
     import pyarrow as pa
-    from duckdb import DuckDBPyConnection
+    from duckdb import DuckDBPyConnection, DuckDBPyRelation
     from pyspark.sql import DataFrame, SparkSession
 
     from catalog import CatalogReads, TableInfo
@@ -401,7 +401,7 @@ class SnapshotReader:
         self,
         sql: str,
         limit: int | None,
-        fetch: Callable[[duckdb.DuckDBPyRelation, TranslatedQuery], _Result],
+        fetch: Callable[[DuckDBPyRelation, TranslatedQuery], _Result],
     ) -> _Result:
         """``fetch`` of the query's relation on a connection with the snapshot's views;
         DuckDB's errors as UsageError (FilesRemovedError for files removed outside Delta
@@ -566,12 +566,12 @@ def _same_in_python(kind: Any, *, nested: bool = False) -> bool:
     return True
 
 
-def _arrow_result(relation: duckdb.DuckDBPyRelation, parsed: TranslatedQuery) -> pa.Table:
+def _arrow_result(relation: DuckDBPyRelation, parsed: TranslatedQuery) -> pa.Table:
     result = relation.fetch_arrow_table()
     return result.rename_columns(parsed.column_names(result.column_names))
 
 
-def _python_rows(relation: duckdb.DuckDBPyRelation, parsed: TranslatedQuery) -> QueryRows:
+def _python_rows(relation: DuckDBPyRelation, parsed: TranslatedQuery) -> QueryRows:
     """The relation's rows as Arrow's ``to_pylist`` would give them: fetched as Python
     values where every column's type is in :data:`_AS_ARROW`, else through Arrow."""
     types = relation.types

@@ -28,12 +28,20 @@ from catalog import (
     SqlCatalog,
     TableSpec,
     UnknownEpochError,
+    UnknownRevisionError,
     UnknownTableError,
     UnknownTagError,
     load_catalog,
     open_for_reads,
 )
 from catalog.sqlite_reads import SqliteReads
+from consistency import (
+    EpochNotReadableError,
+    HistoryAt,
+    Level,
+    resolve_snapshot,
+    switched_after,
+)
 
 TABLES = ("raw", "counts", "solo", "old")
 
@@ -70,8 +78,14 @@ def built(tmp_path):
     sql.seal("solo_ingest", solo, [SealRequest("solo", o1, 0)])
     sql.expire_epochs([e1], rule="keep-last-2")
     sql.create_tag("t3", epoch=e3, versions={"raw": 1, "counts": 1}, pipeline="default")
-    sql.begin_revision(
+    fixed = sql.begin_revision(
         pipeline="default", tables=["counts"], from_epoch=e3, reason="fix", actor="me", owner="x"
+    )
+    sql.switch_revision(
+        fixed.id, generations={"count": count}, seals=[SealRequest("counts", e5, 7, first_epoch=e3)]
+    )
+    sql.begin_revision(
+        pipeline="default", tables=["raw"], from_epoch=e5, reason="again", actor="me", owner="x"
     )
     reads = SqliteReads.open(tmp_path / "catalog.sqlite")
     assert reads is not None
@@ -125,6 +139,13 @@ def assert_same_reads(sql, reads, tables, epochs):
     for pipeline in (None, "default", "other"):
         for table in (None, "counts", "raw"):
             same(sql, reads, "revisions", pipeline=pipeline, table=table)
+    for revision in (*(r.id for r in sql.revisions()), 999):
+        same(sql, reads, "superseded_states", revision)
+    for name in (*tables, "nope"):
+        for after in (0, *epochs):
+            for up_to in (None, *epochs):
+                for limit in (None, 0, 1, 2):
+                    same(sql, reads, "table_epochs", name, after=after, up_to=up_to, limit=limit)
 
 
 def test_every_read_of_a_snapshot_answers_as_the_sql_catalog(built):
@@ -139,6 +160,30 @@ def test_every_read_of_a_snapshot_answers_as_the_sql_catalog(built):
     assert same(sql, reads, "get_table", "nope")[0] is UnknownTableError
     assert same(sql, reads, "get_epoch", 999)[0] is UnknownEpochError
     assert same(sql, reads, "get_tag", "nope")[0] is UnknownTagError
+    assert same(sql, reads, "superseded_states", 999)[0] is UnknownRevisionError
+    assert len(sql.superseded_states(sql.revisions()[0].id)) == 2
+
+
+def test_a_read_as_of_before_a_switch_resolves_as_the_sql_catalog(built):
+    """A cut named before a recompute's switch (a tag, a time) reads the states the
+    revision replaced, through either catalog."""
+    sql, reads, epochs = built
+    tag = sql.get_tag("t3")
+    assert switched_after(sql.revisions(), tag.created_at)
+    then = {
+        catalog: resolve_snapshot(
+            HistoryAt(catalog, tag.created_at),
+            ["raw", "counts"],
+            Level.REPEATABLE_READ,
+            as_of_epoch=tag.epoch,
+        )
+        for catalog in (sql, reads)
+    }
+    assert then[sql] == then[reads]
+    assert then[sql].versions == {"raw": 1, "counts": 1}
+    # Read as the catalog is now, the epoch is coalesced into the revision's last one.
+    with pytest.raises(EpochNotReadableError):
+        resolve_snapshot(sql, ["raw", "counts"], Level.REPEATABLE_READ, as_of_epoch=tag.epoch)
 
 
 def test_a_pin_is_a_pin_whichever_side_made_it(built):
