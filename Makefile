@@ -22,11 +22,16 @@ install: $(STAMP)
 kernel:
 	$(BIN)/python -m ipykernel install --sys-prefix --name delta-barrier --display-name "Delta Barrier" >/dev/null
 
+# Test files run in TEST_WORKERS processes (pytest-xdist), each file whole in one of them
+# (its module fixtures set up once); most tests wait on child processes and services.
+TEST_WORKERS ?= 2
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PARALLEL)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q $(PARALLEL) -m "not slow"
 
 # The fault campaign (tests/faults): CI runs its fixed seed set; SEEDS=N runs seeds 0..N-1
 # (or SEEDS=a-b, SEEDS=a,b,c), each on the warehouse its seed draws (a local directory, or

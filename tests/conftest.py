@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -21,6 +22,24 @@ child process's, which inherit the environment): each runs small jobs for second
 minutes, where C2's and G1's background threads cost more CPU than they save (about half
 of a JVM's CPU to start and run a few small queries, on 2 cores shared with the test)."""
 os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
+
+
+def _import_great_expectations() -> None:
+    """Import great_expectations once here. In a pytest-xdist worker, whose ``__main__`` has
+    neither ``__spec__`` nor ``__file__``, the ``pyspark.sql.connect`` it tries takes that
+    for a doctest run without grpc and exits the worker; for the import only, ``__main__``
+    names a file (no longer: a multiprocessing child would run it)."""
+    main = sys.modules["__main__"]
+    if getattr(main, "__spec__", None) is not None or hasattr(main, "__file__"):
+        return
+    main.__file__ = "pytest-worker"
+    try:
+        import great_expectations  # noqa: F401
+    finally:
+        del main.__file__
+
+
+_import_great_expectations()
 # Kept query translations (etl/reader/translation.py) go to a directory of this test
 # session, never to the user's cache (child processes inherit it).
 os.environ.setdefault("DELTA_BARRIER_CACHE_DIR", tempfile.mkdtemp(prefix="delta-barrier-cache-"))

@@ -1,19 +1,47 @@
-"""Prints the fault campaign's summary at the end of the session (pytest_terminal_summary)."""
+"""Prints the fault campaign's summary at the end of the session (pytest_terminal_summary).
+
+Under pytest-xdist the campaign plays in a worker: its summary lines travel back to the
+controlling process in ``workeroutput`` and are printed there."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.faults import campaign as C
+
+_WORKER_LINES: list[str] = []
+"""Lines of the summary the workers sent (in the controlling process)."""
+
+
+def _summary_lines() -> list[str]:
+    if not C.PLAYED:
+        return []
+    lines = [C.summary(C.PLAYED)]
+    lines += [
+        f"  FAILED {outcome.scenario.describe()}: {outcome.failures[0][:300]}"
+        for outcome in C.PLAYED
+        if outcome.failures
+    ]
+    if C.REPORT_PATH:
+        lines.append(f"  details: {C.REPORT_PATH}")
+    return lines
+
+
+def pytest_sessionfinish(session, exitstatus):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["fault_campaign"] = _summary_lines()
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook
+def pytest_testnodedown(node, error):
+    _WORKER_LINES.extend(getattr(node, "workeroutput", {}).get("fault_campaign", []))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if not C.PLAYED:
+    lines = _summary_lines() + _WORKER_LINES
+    if not lines:
         return
     terminalreporter.section("fault campaign")
-    terminalreporter.write_line(C.summary(C.PLAYED))
-    for outcome in C.PLAYED:
-        if outcome.failures:
-            terminalreporter.write_line(
-                f"  FAILED {outcome.scenario.describe()}: {outcome.failures[0][:300]}"
-            )
-    if C.REPORT_PATH:
-        terminalreporter.write_line(f"  details: {C.REPORT_PATH}")
+    for line in lines:
+        terminalreporter.write_line(line)

@@ -330,7 +330,7 @@ def test_status_shows_writers_epochs_and_lag(known):
         assert row["lag_seconds"] >= lag
         assert row["blocked"] is None
 
-    table = known.etl("status")
+    table = known.etl("status", COLUMNS="300")  # no cell cut short, however long the paths
     assert table.returncode == 0, table.stderr
     lines = {line.split("│")[1].strip(): line for line in table.stdout.splitlines() if "│" in line}
     cells = [c.strip() for c in lines["word_counts"].split("│")[1:-1]]
@@ -652,7 +652,7 @@ def test_status_names_the_expectations_that_block_an_epoch(tmp_path):
         "orders": "epoch 1 failed validation: not_null(id), between(amount, 0, 100)",
         "events": None,  # failed under `warn`: nothing blocks it
     }
-    table = etl_here("status", "--warehouse", warehouse, cwd=tmp_path).stdout
+    table = etl_here("status", "--warehouse", warehouse, cwd=tmp_path, COLUMNS="300").stdout
     assert "epoch 1 failed validation: not_null(id), between(amount, 0, 100)" in table
     for name, policy in (("orders", "block"), ("events", "warn")):
         shown = etl_here("epochs", name, "--format", "json", "--warehouse", warehouse, cwd=tmp_path)

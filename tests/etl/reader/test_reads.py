@@ -524,7 +524,8 @@ def test_a_password_with_special_characters_is_never_printed(tmp_path, password,
     written = quote(password, safe="") if encode else password
     url = f"postgresql://no_such_role_13:{written}@127.0.0.1:5432/test"
     for args in _password_commands(url):
-        result = etl(*args, cwd=tmp_path, ETL_CATALOG_URL=url, **NO_JAVA)
+        # Wide enough that no table cell is cut short (a cut cell could hide the secret).
+        result = etl(*args, cwd=tmp_path, ETL_CATALOG_URL=url, COLUMNS="300", **NO_JAVA)
         text = result.stdout + result.stderr
         _assert_never_printed(password, text)
         if args[0] != "config":
