@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from catalog import RevisionState, load_catalog
+from catalog import RevisionState, load_catalog, open_for_reads
 from etl import Runner, snapshot
 from etl.errors import RecomputeError
 from etl.faults import FAULT_EXIT_CODE
@@ -144,8 +144,16 @@ def _verdict(cut: dict[str, list[dict]]) -> tuple[int | None, bool]:
 
 
 def repeatable_read(chain: Chain, **as_of) -> tuple[int | None, bool]:
-    with snapshot(chain.catalog, TABLES, "repeatable-read", **as_of) as snap:
-        return _verdict({t: _rows(chain.location(t), snap.versions[t]) for t in TABLES})
+    """The verdict on a repeatable-read cut, read through the SQL catalog and through the
+    reads `etl sql` and `etl snapshot` open (SQLite without SQLAlchemy): the same."""
+    verdicts = set()
+    with open_for_reads(warehouse=chain.warehouse) as reads:
+        for catalog in (chain.catalog, reads):
+            with snapshot(catalog, TABLES, "repeatable-read", **as_of) as snap:
+                rows = {t: _rows(chain.location(t), snap.versions[t]) for t in TABLES}
+                verdicts.add(_verdict(rows))
+    (verdict,) = verdicts
+    return verdict
 
 
 def one_by_one_latest(chain: Chain) -> tuple[int | None, bool]:
