@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.support.kafka_fixtures",
     "tests.support.demo_run",
     "tests.support.s3_server",
+    "tests.support.faults.summary",
 ]
 
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"

@@ -44,7 +44,7 @@ REPORT_ENV = "DELTA_BARRIER_FAULT_REPORT"
 @pytest.fixture(scope="module")
 def outcomes(request):
     """The scenarios played; their details go to the JSON report, the summary to the
-    terminal (tests/faults/conftest.py)."""
+    terminal (tests/support/faults/summary.py)."""
     path = Path(
         os.environ.get(REPORT_ENV)
         or Path(str(request.config.rootpath)) / ".pytest_cache" / "fault-campaign.json"

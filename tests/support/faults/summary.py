@@ -1,4 +1,5 @@
-"""Prints the fault campaign's summary at the end of the session (pytest_terminal_summary).
+"""The fault campaign's summary at the end of the session (pytest_terminal_summary); a plugin
+of tests/conftest.py, so that the process controlling pytest-xdist workers loads it too.
 
 Under pytest-xdist the campaign plays in a worker: its summary lines travel back to the
 controlling process in ``workeroutput`` and are printed there."""
