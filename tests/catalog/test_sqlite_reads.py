@@ -9,6 +9,7 @@ one made by the SQL catalog does, under the same write lock.
 
 from __future__ import annotations
 
+import inspect
 import sqlite3
 import threading
 import time
@@ -34,14 +35,17 @@ from catalog import (
     load_catalog,
     open_for_reads,
 )
+from catalog.reads import CatalogReads
 from catalog.sqlite_reads import SqliteReads
 from consistency import (
+    EpochHistory,
     EpochNotReadableError,
     HistoryAt,
     Level,
     resolve_snapshot,
     switched_after,
 )
+from consistency.revisions import RevisionStore
 
 TABLES = ("raw", "counts", "solo", "old")
 
@@ -323,3 +327,26 @@ def test_postgresql_is_read_through_the_sql_catalog(postgres_url):
     load_catalog(postgres_url).close()
     with open_for_reads(postgres_url) as opened:
         assert isinstance(opened, SqlCatalog)
+
+
+def _reads(protocol: type) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(value)
+        for name, value in vars(protocol).items()
+        if callable(value) and not name.startswith("_")
+    }
+
+
+def test_the_sqlite_reads_answer_every_read_a_snapshot_resolution_asks():
+    """What resolving a cut asks of the catalog (``EpochHistory``, and ``RevisionStore``
+    for a read as of a time before a recompute) is in ``CatalogReads``, which the SQLite
+    reads implement with the same signatures: a read added to one and not the other fails
+    here, not at a user's first read as of a tag."""
+    wanted = _reads(CatalogReads)
+    for protocol in (EpochHistory, RevisionStore):
+        asked = _reads(protocol)
+        assert set(asked) <= set(wanted), (protocol.__name__, set(asked) - set(wanted))
+    for name, signature in wanted.items():
+        implemented = getattr(SqliteReads, name, None)
+        assert implemented is not None, name
+        assert inspect.signature(implemented) == signature, name
