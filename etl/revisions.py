@@ -24,7 +24,7 @@ def writer_of(pipeline: Pipeline, table: str) -> Job:
     )
 
 
-def is_alive(catalog: Catalog, revision: Revision) -> bool:
+def _is_alive(catalog: Catalog, revision: Revision) -> bool:
     """Whether the recompute building ``revision`` may still be at work: its process runs
     on this host, or (on another host) it holds a live lease of one of its jobs."""
     state = owner_state(revision.owner)
@@ -46,7 +46,7 @@ def building_revisions(catalog: Catalog, pipeline: str) -> list[Revision]:
 
 def abandoned_revisions(catalog: Catalog, pipeline: str) -> list[Revision]:
     """The pipeline's revisions BUILDING whose recompute is gone."""
-    return [r for r in building_revisions(catalog, pipeline) if not is_alive(catalog, r)]
+    return [r for r in building_revisions(catalog, pipeline) if not _is_alive(catalog, r)]
 
 
 def requested_jobs(catalog: Catalog, pipeline: Pipeline, name: str, *, owner: str) -> set[str]:
@@ -55,7 +55,7 @@ def requested_jobs(catalog: Catalog, pipeline: Pipeline, name: str, *, owner: st
     return {
         writer_of(pipeline, table).name
         for revision in building_revisions(catalog, name)
-        if revision.owner != owner and is_alive(catalog, revision)
+        if revision.owner != owner and _is_alive(catalog, revision)
         for table in revision.tables
     }
 
@@ -63,7 +63,6 @@ def requested_jobs(catalog: Catalog, pipeline: Pipeline, name: str, *, owner: st
 __all__ = [
     "abandoned_revisions",
     "building_revisions",
-    "is_alive",
     "requested_jobs",
     "writer_of",
 ]
