@@ -131,6 +131,8 @@ def maybe_crash(point: FaultPoint, *, job: str, epoch: int) -> None:
                 due.append(spec)
     for spec in due:
         if spec.action == "pause":
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # To this thread: it stops before it returns. Sent to the process, the stop is
+            # taken by the main thread, while a job thread goes on (commits) until stopped.
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
         else:
             os._exit(FAULT_EXIT_CODE)

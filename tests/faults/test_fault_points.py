@@ -61,7 +61,7 @@ def test_nth_counts_matches_and_fires_crash(monkeypatch):
     monkeypatch.setattr(faults.os, "_exit", exits.append)
     monkeypatch.setenv(FAULT_ENV, "after_commit@j:2#3;pause:after_seal@k")
     kills = []
-    monkeypatch.setattr(faults.os, "kill", lambda pid, sig: kills.append(sig))
+    monkeypatch.setattr(faults.signal, "pthread_kill", lambda thread, sig: kills.append(sig))
     for _ in range(2):
         faults.maybe_crash("after_commit", job="j", epoch=2)
     faults.maybe_crash("after_commit", job="j", epoch=1)  # not a match: not counted
@@ -110,3 +110,50 @@ def test_pause_stops_until_continued():
     finally:
         if child.poll() is None:
             child.kill()
+
+
+_THREAD_CHILD = """
+import os, sys, threading
+from etl.faults import maybe_crash
+
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+marker = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
+ready = threading.Event()
+
+def job():  # a runner's job thread reaches the point, as in `etl run`
+    ready.wait()
+    maybe_crash("before_commit", job="j", epoch=1)
+    os.write(marker, b"went on")
+
+worker = threading.Thread(target=job)
+worker.start()
+# The main thread runs only when the job thread does not (one CPU, SCHED_IDLE): a stop that
+# waits for the main thread to take it lets the job thread go on.
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+ready.set()
+worker.join()
+"""
+
+
+def test_pause_stops_the_thread_that_reached_the_point_before_it_goes_on(tmp_path):
+    """The thread that reaches a pause point stops there: not a step further (a commit)
+    while the rest of the process is being stopped."""
+    from tests.support.faults.process import wait_stopped
+
+    marker = tmp_path / "marker"
+    marker.touch()
+    for _ in range(3):
+        child = subprocess.Popen(
+            [sys.executable, "-c", _THREAD_CHILD, str(marker)],
+            env={**os.environ, FAULT_ENV: "pause:before_commit@j", "PYTHONPATH": os.getcwd()},
+        )
+        try:
+            assert wait_stopped(child.pid, timeout=30)
+            assert marker.read_text() == ""
+            os.kill(child.pid, signal.SIGCONT)
+            assert child.wait(timeout=30) == 0
+            assert marker.read_text() == "went on"
+        finally:
+            if child.poll() is None:
+                child.kill()
+        marker.write_text("")
