@@ -74,16 +74,22 @@ class _Run:
         while True:
             if self.child.poll() is not None:
                 raise RuntimeError("etl run exited early:\n" + "".join(self.stderr)[-3000:])
-            try:
-                with load_catalog(warehouse=warehouse, create=False) as catalog:
-                    commit = catalog.latest_commit()
-            except CatalogNotFoundError:  # the run has not created it yet
-                commit = None
-            if commit is not None and commit.epoch > epoch:
-                return commit.epoch
+            latest = latest_commit_epoch(warehouse)
+            if latest > epoch:
+                return latest
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no COMMIT after epoch {epoch} within {timeout:.0f} s")
             time.sleep(0.1)
+
+
+def latest_commit_epoch(warehouse: Path) -> int:
+    """The newest epoch at COMMIT (0: none, or no catalog yet)."""
+    try:
+        with load_catalog(warehouse=warehouse, create=False) as catalog:
+            commit = catalog.latest_commit()
+    except CatalogNotFoundError:  # the run has not created it yet
+        return 0
+    return commit.epoch if commit is not None else 0
 
 
 def main() -> None:
@@ -103,6 +109,9 @@ def main() -> None:
             (incoming / f"k{index}.txt").write_text("fig\n")
             run.kill()
             killed = time.monotonic()
+            # The killed run may have sealed more epochs since it was last asked: the next
+            # run's first is the one after the dead run's last.
+            sealed = latest_commit_epoch(warehouse)
             run = _Run(warehouse, incoming, "--lease-ttl", "600")
             sealed = run.sealed_after(warehouse, sealed)
             took.append(time.monotonic() - killed)
