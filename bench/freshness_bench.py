@@ -41,7 +41,10 @@ DB_BENCH_FILES_PER_SECOND [5] files (or producer flushes) per second, DB_BENCH_J
 tables in the chain (2..10),
 DB_BENCH_PARALLEL [runner default] ``max_parallel_jobs``, DB_BENCH_BACKLOG [runner
 default: a continuous run's] ``backlog_threshold`` (0: none), DB_BENCH_PROBE_INTERVAL [0.1],
-DB_BENCH_SHUFFLE_PARTITIONS [engine default].
+DB_BENCH_SHUFFLE_PARTITIONS [engine default], DB_BENCH_MAINTENANCE [0: off] seconds between
+rounds of in-run maintenance (what ``etl run --continuous --maintenance-interval`` runs:
+compaction of small files, expiry). The active files of every table at the end are printed:
+a commit and a read of a table cost more the more files it has.
 
 Run: ``python -m bench freshness``.
 """
@@ -690,8 +693,11 @@ def _report(
 
 
 def main() -> None:
+    from deltalake import DeltaTable
+
     from catalog import load_catalog
     from etl import Runner, build_spark
+    from etl.retention.in_run import MaintenanceLoop
     from etl.scheduling import backlog_threshold_for
 
     seconds = env_float("DB_BENCH_SECONDS", 120.0)
@@ -710,6 +716,7 @@ def main() -> None:
     if os.environ.get("DB_BENCH_BACKLOG"):
         backlog = env_int("DB_BENCH_BACKLOG", 10)
         runner_options["backlog_threshold"] = backlog or None
+    maintenance = env_float("DB_BENCH_MAINTENANCE", 0.0)
     conf = {"spark.ui.enabled": "false"}
     if os.environ.get("DB_BENCH_SHUFFLE_PARTITIONS"):
         conf["spark.sql.shuffle.partitions"] = os.environ["DB_BENCH_SHUFFLE_PARTITIONS"]
@@ -721,7 +728,8 @@ def main() -> None:
     print(
         f"{tables} tables fed by {source_kind}, {interval:g} s epochs, {rows_per_second} "
         f"rows/s in {files_per_second:g} ticks/s, warm-up {warmup:g} s, measured {seconds:g} s, "
-        f"runner options {runner_options or 'default'}; {load_average()}"
+        f"runner options {runner_options or 'default'}, maintenance "
+        f"{f'every {maintenance:g} s' if maintenance else 'off'}; {load_average()}"
     )
     with tempfile.TemporaryDirectory(prefix="freshness-") as tmp, ExitStack() as stack:
         root = Path(tmp)
@@ -752,6 +760,16 @@ def main() -> None:
         batches.observe_starts(runner)
         probe = Probe(warehouse, names, interval=probe_interval)
         driver = ContinuousRun(runner, interval=interval)
+        if maintenance:
+            stack.enter_context(
+                MaintenanceLoop(
+                    catalog,
+                    pipeline=runner.catalog_pipeline,
+                    interval=maintenance,
+                    leases=runner.leases,
+                    gate=runner.gate,
+                )
+            )
         with LoadSampler() as load:
             feeder.start()
             driver.start()
@@ -787,6 +805,8 @@ def main() -> None:
             f"{python_cpu / ran * 1000:.0f} + {jvm_cpu / ran * 1000:.0f} ms per batch"
         )
         print(load.summary() + f"; now {load_average()}")
+        files = {name: len(DeltaTable(str(warehouse / name)).file_uris()) for name in names}
+        print("active files at the end: " + ", ".join(f"{t} {n}" for t, n in files.items()))
         catalog.close()
 
 

@@ -19,6 +19,7 @@ TINY = {
         "DB_BENCH_ROWS_PER_SECOND": "50",
         "DB_BENCH_FILES_PER_SECOND": "2",
         "DB_BENCH_PROBE_INTERVAL": "0.2",
+        "DB_BENCH_MAINTENANCE": "2",
     },
     "recompute_freshness": {
         "DB_BENCH_SECONDS": "6",
