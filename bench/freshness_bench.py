@@ -61,7 +61,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -760,17 +760,19 @@ def main() -> None:
         batches.observe_starts(runner)
         probe = Probe(warehouse, names, interval=probe_interval)
         driver = ContinuousRun(runner, interval=interval)
-        if maintenance:
-            stack.enter_context(
-                MaintenanceLoop(
-                    catalog,
-                    pipeline=runner.catalog_pipeline,
-                    interval=maintenance,
-                    leases=runner.leases,
-                    gate=runner.gate,
-                )
+        # Maintenance rounds run as long as the run does (not through the report).
+        upkeep = (
+            MaintenanceLoop(
+                catalog,
+                pipeline=runner.catalog_pipeline,
+                interval=maintenance,
+                leases=runner.leases,
+                gate=runner.gate,
             )
-        with LoadSampler() as load:
+            if maintenance
+            else nullcontext()
+        )
+        with upkeep, LoadSampler() as load:
             feeder.start()
             driver.start()
             probe.start()
