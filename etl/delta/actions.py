@@ -61,42 +61,46 @@ def column_types(schema_json: str) -> dict[str, str]:
     }
 
 
-def added_columns(table: DeltaTable, location: str, schema: pa.Schema) -> list[pa.Field]:
-    """The columns of rows of ``schema`` that the table does not have yet, as nullable
-    fields: the schema change Delta makes in place (the commit that brings them adds them
-    to the table's schema; versions before it keep theirs, and their files read the new
-    columns as null). Any other difference (a column the rows lack, a changed type) is
-    SchemaMismatchError, naming it."""
-    expected = column_types(table.schema().to_json())
+def added_columns(table_schema: str, location: str, schema: pa.Schema) -> list[pa.Field]:
+    """The columns of rows of ``schema`` that the table (of Delta schema ``table_schema``,
+    as JSON) does not have yet, as nullable fields: the schema change Delta makes in place
+    (the commit that brings them adds them to the table's schema; versions before it keep
+    theirs, and their files read the new columns as null). Any other difference (a column
+    the rows lack, a changed type) is SchemaMismatchError, naming it."""
+    expected = column_types(table_schema)
     got = column_types(Schema.from_arrow(schema).to_json())
     if any(got.get(column) != kind for column, kind in expected.items()):
         raise SchemaMismatchError(location, expected, got)
     return [schema.field(column).with_nullable(True) for column in got if column not in expected]
 
 
-def evolved_metadata(table: DeltaTable, added: Sequence[pa.Field]) -> dict:
-    """The metaData action of ``table`` with ``added`` appended to its schema (Delta
-    protocol, "Change Metadata": a new nullable column needs no other action)."""
-    schema = json.loads(table.schema().to_json())
-    schema["fields"] += json.loads(Schema.from_arrow(pa.schema(added)).to_json())["fields"]
-    return metadata_action(table, schema)
-
-
-def metadata_action(table: DeltaTable, schema: Mapping[str, Any]) -> dict:
-    """The metaData action of ``table`` with ``schema`` (a Delta schema as JSON)."""
+def table_metadata(table: DeltaTable) -> dict:
+    """The body of the ``metaData`` action in force at ``table``'s loaded version."""
     metadata = table.metadata()
     return {
-        "metaData": {
-            "id": metadata.id,
-            "name": metadata.name,
-            "description": metadata.description,
-            "format": {"provider": "parquet", "options": {}},
-            "schemaString": json.dumps(schema),
-            "partitionColumns": list(metadata.partition_columns),
-            "configuration": dict(metadata.configuration),
-            "createdTime": metadata.created_time,
-        }
+        "id": metadata.id,
+        "name": metadata.name,
+        "description": metadata.description,
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": table.schema().to_json(),
+        "partitionColumns": list(metadata.partition_columns),
+        "configuration": dict(metadata.configuration),
+        "createdTime": metadata.created_time,
     }
+
+
+def evolved_metadata(metadata: Mapping[str, Any], added: Sequence[pa.Field]) -> dict:
+    """The ``metaData`` action ``metadata`` (its body) with ``added`` appended to its
+    schema (Delta protocol, "Change Metadata": a new nullable column needs no other action)."""
+    schema = json.loads(metadata["schemaString"])
+    schema["fields"] += json.loads(Schema.from_arrow(pa.schema(added)).to_json())["fields"]
+    return metadata_action(metadata, schema)
+
+
+def metadata_action(metadata: Mapping[str, Any], schema: Mapping[str, Any]) -> dict:
+    """The ``metaData`` action ``metadata`` (its body) with ``schema`` (a Delta schema as
+    JSON)."""
+    return {"metaData": {**metadata, "schemaString": json.dumps(schema)}}
 
 
 def remove_actions(

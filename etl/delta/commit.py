@@ -13,12 +13,13 @@ never applied twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, get_args
 
@@ -38,6 +39,7 @@ from etl.delta.actions import (
     file_actions,
     metadata_action,
     remove_actions,
+    table_metadata,
 )
 from etl.delta.fence import Fence
 from etl.delta.files import DataFile
@@ -48,8 +50,15 @@ from etl.delta.log import (
     has_deletion_vectors,
     loaded_table,
     table_exists,
+    takes_plain_commits,
 )
-from etl.delta.logfile import CHECKPOINT_INTERVAL, active_adds, entry_stamp
+from etl.delta.logfile import (
+    CHECKPOINT_INTERVAL,
+    LogSnapshot,
+    active_adds,
+    entry_stamp,
+    log_snapshot,
+)
 from etl.delta.logwriter import (
     DELTA_RS,
     JSON_LOG,
@@ -108,6 +117,11 @@ class CommitRequest:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "metadata", dict(self.metadata))
 
+    @property
+    def removes_rows(self) -> bool:
+        """Whether the commit removes rows from the table (not a rearrangement of them)."""
+        return self.data_change and bool(self.mode == "overwrite" or self.removes or self.deletes)
+
     def check(self, location: str) -> None:
         """InvalidWriteOptionError when the options cannot work together."""
         if self.mode not in get_args(CommitMode):
@@ -145,8 +159,14 @@ class Done:
     version: int | None
 
 
-Plan = Callable[[DeltaTable | None], Attempt[Any] | Done]
-"""What to write on the loaded version (None: there is no table yet)."""
+PlannedOn = Literal["delta-rs", "log"]
+"""What a plan reads the version it commits on from: delta-rs' loaded table (a
+``DeltaTable``: what delta-rs' writer commits on), or our own replay of the log (a
+:class:`~etl.delta.logfile.LogSnapshot`: for an entry our JSON writer writes whole; its
+cost does not grow with the table's files, as loading the table in delta-rs does)."""
+Plan = Callable[[Any], Attempt[Any] | Done]
+"""What to write on the loaded version (a ``DeltaTable`` or a ``LogSnapshot``, as
+:data:`PlannedOn` says; None: there is no table yet)."""
 FenceRule = Literal["claimed", "not newer"]
 """The fence a version committed on must record: exactly the fence's generation (commits,
 restores), or none newer (claims)."""
@@ -161,47 +181,51 @@ def run_commit(
     operation: str,
     fence_rule: FenceRule = "claimed",
     planned_at: int | None = None,
+    planned_on: PlannedOn = "delta-rs",
 ) -> int | None:
-    """Commit what ``plan`` gives on the latest version (or on ``planned_at`` only);
-    returns the version that holds it.
+    """Commit what ``plan`` gives on the latest version (or on ``planned_at`` only, read
+    by delta-rs); returns the version that holds it.
 
-    Each round loads the version, checks the fence (FencedError when a newer generation
-    recorded it; with ``"claimed"``, UnclaimedTableError when it records an older one or
-    none), asks ``plan`` for the entry of the next version and writes it. Another writer
-    took the version: with ``planned_at``, CommitConflictError (the caller re-plans); else
-    a random pause, and a new round (after :data:`MAX_COMMIT_ROUNDS`, CommitConflictError).
-    An attempt whose outcome is unknown is looked up in the log (:func:`_landed`): landed,
-    it is done; the version taken by another writer, a lost race; not written,
-    DeltaIOError. From the second round on the log is looked up first too: an attempt
-    reported lost may have landed.
+    Each round loads the version (as ``planned_on`` says), checks the fence (FencedError
+    when a newer generation recorded it; with ``"claimed"``, UnclaimedTableError when it
+    records an older one or none), asks ``plan`` for the entry of the next version and
+    writes it. Another writer took the version: with ``planned_at``, CommitConflictError
+    (the caller re-plans); else a random pause, and a new round (after
+    :data:`MAX_COMMIT_ROUNDS`, CommitConflictError). An attempt whose outcome is unknown is
+    looked up in the log (:func:`_landed`): landed, it is done; the version taken by another
+    writer, a lost race; not written, DeltaIOError. From the second round on the log is
+    looked up first too: an attempt reported lost may have landed.
     """
+    if planned_on == "log" and planned_at is not None:
+        raise ValueError("a commit planned at a given version is planned on delta-rs' table")
     first_read: int | None = None
     writer: LogWriter[Any] = DELTA_RS
     for lost in range(MAX_COMMIT_ROUNDS):
-        if planned_at is None and not table_exists(location):
-            attempt = plan(None)
-            if isinstance(attempt, Done):
-                return attempt.version
-            writer = attempt.writer
-            outcome = _write(location, attempt, -1, fence, commit_id, operation)
-        else:
-            with loaded_table(location, version=planned_at, operation=operation) as table:
+        with _planned_version(location, planned_at, operation, planned_on) as table:
+            if table is None:
+                attempt = plan(None)
+                if isinstance(attempt, Done):
+                    return attempt.version
+                writer = attempt.writer
+                outcome = _write(location, attempt, -1, fence, commit_id, operation)
+            else:
                 check_supported(table, location)
+                read = _version_of(table)
                 if first_read is None:
-                    first_read = table.version()
+                    first_read = read
                 elif (
                     version := _landed(location, writer, first_read, fence, commit_id)
                 ) is not None:
                     return version
                 if fence_rule == "claimed":
-                    fence.require_claimed(table, location)
+                    fence.require_claimed(location, read)
                 else:
-                    fence.check(table, location)
+                    fence.check(location, read)
                 attempt = plan(table)
                 if isinstance(attempt, Done):
                     return attempt.version
                 writer = attempt.writer
-                outcome = _write(location, attempt, table.version(), fence, commit_id, operation)
+                outcome = _write(location, attempt, read, fence, commit_id, operation)
         if outcome is not None:
             return checkpointed(location, outcome)
         if planned_at is not None:
@@ -214,6 +238,24 @@ def run_commit(
     raise CommitConflictError(
         table=location, reason=f"{MAX_COMMIT_ROUNDS} commits in a row lost the race"
     )
+
+
+@contextlib.contextmanager
+def _planned_version(
+    location: str, planned_at: int | None, operation: str, planned_on: PlannedOn
+) -> Iterator[DeltaTable | LogSnapshot | None]:
+    """The version a round plans on (None: no table yet), loaded as ``planned_on`` says."""
+    if planned_on == "log":
+        yield log_snapshot(location)
+    elif planned_at is None and not table_exists(location):
+        yield None
+    else:
+        with loaded_table(location, version=planned_at, operation=operation) as table:
+            yield table
+
+
+def _version_of(table: DeltaTable | LogSnapshot) -> int:
+    return table.version if isinstance(table, LogSnapshot) else table.version()
 
 
 def _write(
@@ -249,7 +291,10 @@ def _landed(
     if commit_id is not None:
         return writer.landed(location, after, commit_id)
     with loaded_table(location, operation="commit") as table:
-        if table.version() > after and fence.recorded(table, location) == fence.generation:
+        if (
+            table.version() > after
+            and fence.recorded(location, table.version()) == fence.generation
+        ):
             return table.version()
     return None
 
@@ -287,7 +332,7 @@ def claim_table(location: str, *, fence: Fence) -> int | None:
     def plan(table: DeltaTable | None) -> Attempt[DeltaRsCommit] | Done:
         if table is None:
             return Done(None)
-        if fence.recorded(table, location) == fence.generation:
+        if fence.recorded(location, table.version()) == fence.generation:
             return Done(table.version())
         entry = DeltaRsCommit(
             fence=fence,
@@ -317,9 +362,16 @@ def commit_files(location: str, request: CommitRequest) -> int:
     the table was created or written by a runner this one did not take over from: recovery
     must claim it first), and only as version V + 1 (:func:`run_commit`). A table that
     another writer creates while this commit creates it is refused the same way, never
-    committed on top of. Commits that set a deletion vector, remove a file carrying one or
-    change the schema are written by our own JSON log writer (delta-rs' actions cannot
-    carry them); the others by delta-rs.
+    committed on top of.
+
+    Who writes the entry: on a table whose writer features ask nothing of a commit beyond
+    its actions (:func:`~etl.delta.log.takes_plain_commits`: ours are), the commit is
+    planned on our replay of the log and written by our JSON writer, so that its cost does
+    not grow with the table's files (an append table gains one every epoch until
+    compaction), as a delta-rs load and commit do. On any other table delta-rs commits it,
+    except what delta-rs' actions cannot carry (a deletion vector, the remove of a file
+    carrying one, a schema change). A new table is created by delta-rs (by our JSON writer
+    when it has deletion vectors).
     """
     location = normalize_location(location)
     request.check(location)
@@ -331,12 +383,22 @@ def commit_files(location: str, request: CommitRequest) -> int:
             return _creation(location, request, custom)
         return _on_version(location, table, request, custom)
 
+    def plan_on_log(snapshot: LogSnapshot | None) -> Attempt[Any]:
+        if snapshot is None:
+            return _creation(location, request, custom)
+        return _on_log(location, snapshot, request, custom)
+
+    snapshot = log_snapshot(location)
+    on_log = snapshot is not None and takes_plain_commits(
+        snapshot, removes_rows=request.removes_rows
+    )
     version = run_commit(
         location,
         fence=request.fence,
-        plan=plan,
+        plan=plan_on_log if on_log else plan,
         commit_id=commit_id,
         operation="commit",
+        planned_on="log" if on_log else "delta-rs",
     )
     assert version is not None  # a commit's plan is never Done
     return version
@@ -374,41 +436,14 @@ def _creation(location: str, request: CommitRequest, custom: Mapping[str, Any]) 
 def _on_version(
     location: str, table: DeltaTable, request: CommitRequest, custom: Mapping[str, Any]
 ) -> Attempt[Any]:
-    """The entry of ``request`` on top of the loaded version ``table``."""
-    schema_json = Schema.from_arrow(request.schema).to_json()
-    replaced = request.replace_schema and column_types(table.schema().to_json()) != column_types(
-        schema_json
-    )
-    added = [] if request.replace_schema else added_columns(table, location, request.schema)
-    if list(request.partition_by) != list(table.metadata().partition_columns):
-        raise InvalidWriteOptionError(
-            table=location,
-            option="partition_by",
-            reason=f"{list(request.partition_by)} differs from the table's partition columns "
-            f"{table.metadata().partition_columns}; Delta cannot repartition a table in "
-            "place: keep its partition columns, or write the new layout to a new table",
-        )
+    """The entry of ``request`` on top of the loaded version ``table``: written by delta-rs
+    unless it holds what delta-rs' actions cannot carry."""
+    table_schema = table.schema().to_json()
     version = table.version()
+    _check_partitioning(location, request, table.metadata().partition_columns)
+    added, replaced = _schema_change(location, table_schema, request)
     if added or replaced or request.deletes or (request.removes and has_deletion_vectors(table)):
-        gone = (
-            list(active_adds(location, version)) if request.mode == "overwrite" else request.removes
-        )
-        actions = (
-            [evolved_metadata(table, added)] * bool(added)
-            + [metadata_action(table, json.loads(schema_json))] * replaced
-            + file_actions(
-                location, version, gone, request.deletes, data_change=request.data_change
-            )
-        )
-        entry = JsonCommit(
-            fence=request.fence,
-            custom=custom,
-            operation="MERGE" if request.deletes else "WRITE",
-            actions=tuple(actions),
-            files=tuple(request.files),
-            data_change=request.data_change,
-        )
-        return Attempt(JSON_LOG, version + 1, entry)
+        return _json_entry(location, version, table_metadata(table), request, custom)
     file_changes: list[AddAction | RemoveAction] = [
         *(add_action(f, data_change=request.data_change) for f in request.files),
         *remove_actions(table, location, request.removes, data_change=request.data_change),
@@ -428,6 +463,75 @@ def _on_version(
     )
 
 
+def _on_log(
+    location: str, snapshot: LogSnapshot, request: CommitRequest, custom: Mapping[str, Any]
+) -> Attempt[JsonCommit]:
+    """The entry of ``request`` on top of ``snapshot``, written by our JSON writer."""
+    if not takes_plain_commits(snapshot, removes_rows=request.removes_rows):
+        raise CommitConflictError(
+            table=location,
+            reason=f"version {snapshot.version} changed the table's protocol to "
+            f"{dict(snapshot.protocol)} while the commit was planned; commit it again",
+        )
+    _check_partitioning(location, request, snapshot.partition_columns)
+    return _json_entry(location, snapshot.version, snapshot.metadata, request, custom)
+
+
+def _schema_change(
+    location: str, table_schema: str, request: CommitRequest
+) -> tuple[list[pa.Field], bool]:
+    """(the nullable columns ``request`` adds, whether it replaces the schema) against the
+    table's schema (JSON); SchemaMismatchError for rows that fit neither."""
+    if request.replace_schema:
+        wanted = Schema.from_arrow(request.schema).to_json()
+        return [], column_types(table_schema) != column_types(wanted)
+    return added_columns(table_schema, location, request.schema), False
+
+
+def _json_entry(
+    location: str,
+    version: int,
+    metadata: Mapping[str, Any],
+    request: CommitRequest,
+    custom: Mapping[str, Any],
+) -> Attempt[JsonCommit]:
+    """``request`` on top of ``version`` (whose ``metaData`` is ``metadata``) as JSON
+    actions: the schema change, the removes (every file for an overwrite) and new deletion
+    vectors, checked against the version (:func:`~etl.delta.actions.file_actions`), and
+    the adds."""
+    added, replaced = _schema_change(location, str(metadata["schemaString"]), request)
+    gone = list(active_adds(location, version)) if request.mode == "overwrite" else request.removes
+    schema_change = [evolved_metadata(metadata, added)] * bool(added) + [
+        metadata_action(metadata, json.loads(Schema.from_arrow(request.schema).to_json()))
+    ] * replaced
+    entry = JsonCommit(
+        fence=request.fence,
+        custom=custom,
+        operation="MERGE" if request.deletes else "WRITE",
+        actions=(
+            *schema_change,
+            *file_actions(
+                location, version, gone, request.deletes, data_change=request.data_change
+            ),
+        ),
+        files=tuple(request.files),
+        data_change=request.data_change,
+        parameters={"mode": "Overwrite" if request.mode == "overwrite" else "Append"},
+    )
+    return Attempt(JSON_LOG, version + 1, entry)
+
+
+def _check_partitioning(location: str, request: CommitRequest, columns: Sequence[str]) -> None:
+    if list(request.partition_by) != list(columns):
+        raise InvalidWriteOptionError(
+            table=location,
+            option="partition_by",
+            reason=f"{list(request.partition_by)} differs from the table's partition columns "
+            f"{list(columns)}; Delta cannot repartition a table in "
+            "place: keep its partition columns, or write the new layout to a new table",
+        )
+
+
 __all__ = [
     "MAX_COMMIT_ROUNDS",
     "Attempt",
@@ -437,6 +541,7 @@ __all__ = [
     "Done",
     "FenceRule",
     "Plan",
+    "PlannedOn",
     "checkpointed",
     "claim_table",
     "commit_files",

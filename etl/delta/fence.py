@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deltalake import DeltaTable
 from deltalake.transaction import Transaction
 
 from etl.delta.logfile import app_transactions
@@ -41,25 +40,25 @@ class Fence:
     def transaction(self) -> Transaction:
         return Transaction(self.app_id, self.generation)
 
-    def check(self, table: DeltaTable, location: str) -> None:
-        """Raise FencedError if ``table`` (one loaded version) records a newer generation."""
-        recorded = self.recorded(table, location)
+    def check(self, location: str, version: int) -> None:
+        """Raise FencedError if ``version`` of ``location`` records a newer generation."""
+        recorded = self.recorded(location, version)
         if recorded is not None and recorded > self.generation:
             raise FencedError(
                 table=location, job=self.job, generation=self.generation, fenced_at=recorded
             )
 
-    def recorded(self, table: DeltaTable, location: str) -> int | None:
-        """The generation ``table`` (one loaded version of ``location``) records, if any."""
-        return app_transactions(location, table.version()).get(self.app_id)
+    def recorded(self, location: str, version: int) -> int | None:
+        """The generation ``version`` of ``location`` records, if any."""
+        return app_transactions(location, version).get(self.app_id)
 
-    def require_claimed(self, table: DeltaTable, location: str) -> None:
-        """Raise unless ``table`` (one loaded version) records exactly this generation: a
+    def require_claimed(self, location: str, version: int) -> None:
+        """Raise unless ``version`` of ``location`` records exactly this generation: a
         newer one is FencedError; an older one, or none, UnclaimedTableError. A runner
         commits only to a table it created or claimed, so a table that another runner of
         the job created or wrote after this one planned is never written on top of."""
-        self.check(table, location)
-        recorded = self.recorded(table, location)
+        self.check(location, version)
+        recorded = self.recorded(location, version)
         if recorded != self.generation:
             raise UnclaimedTableError(
                 table=location, job=self.job, generation=self.generation, recorded=recorded

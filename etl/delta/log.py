@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -37,14 +36,15 @@ from etl.delta.dv import DeletionVector
 from etl.delta.layout import filesystem, normalize_location
 from etl.delta.logfile import (
     DELETION_VECTORS,
-    LOG_DIR,
+    LogSnapshot,
     active_adds,
     deletion_vector,
     entry_stamp,
+    entry_written,
     log_versions,
 )
 from etl.errors import DeltaIOError, UnsupportedTableFeatureError
-from etl.storage import is_local, storage_options
+from etl.storage import storage_options
 
 EPOCH_COLUMN = "_epoch"
 """The column every row written by a job carries: the epoch it belongs to."""
@@ -145,27 +145,13 @@ def _kept(location: str, version: int | None) -> tuple[DeltaTable, int, tuple[in
             # writer's, of entries past the log retention, 30 days by default, and older than
             # a checkpoint): a state kept that long could read as the latest only while a
             # cleanup has deleted its successor and not yet its own entry.
-            if _entry_written(location, kept_at + 1):
+            if entry_written(location, kept_at + 1):
                 table.update_incremental()
         elif version > table.version():
             table.load_as_version(version)
     except DeltaError:  # e.g. entries after it cleaned up: a fresh open says what is wrong
         return None
     return table, kept_at, stamp
-
-
-def _entry_written(location: str, version: int) -> bool:
-    """Whether log entry ``version`` exists: one HEAD on an object store (Arrow's
-    ``get_file_info`` of an absent key lists the prefix too, to tell a directory)."""
-    name = f"{version:020d}.json"
-    if is_local(location):
-        return os.path.isfile(os.path.join(location, LOG_DIR, name))
-    fs, root = filesystem(location)
-    try:
-        fs.open_input_file(f"{root}/{LOG_DIR}/{name}").close()
-    except FileNotFoundError:
-        return False
-    return True
 
 
 def _keep(location: str, table: DeltaTable, stamp: tuple[int, int] | None) -> None:
@@ -181,18 +167,55 @@ def _keep(location: str, table: DeltaTable, stamp: tuple[int, int] | None) -> No
             _kept_states.popitem(last=False)
 
 
-def check_supported(table: DeltaTable, location: str) -> None:
+def check_supported(table: DeltaTable | LogSnapshot, location: str) -> None:
     """Raise UnsupportedTableFeatureError when the table uses features we cannot read."""
-    protocol = table.protocol()
+    if isinstance(table, LogSnapshot):
+        reader_version = int(table.protocol.get("minReaderVersion", 1))
+        features = table.protocol.get("readerFeatures") or ()
+        configuration = table.configuration
+    else:
+        protocol = table.protocol()
+        reader_version = protocol.min_reader_version
+        features = protocol.reader_features or ()
+        configuration = table.metadata().configuration
     unsupported: list[str] = []
-    if protocol.min_reader_version > _MAX_READER_VERSION:
-        unsupported.append(f"minReaderVersion {protocol.min_reader_version}")
-    unsupported += sorted(set(protocol.reader_features or ()) - SUPPORTED_READER_FEATURES)
-    mapping = table.metadata().configuration.get("delta.columnMapping.mode")
+    if reader_version > _MAX_READER_VERSION:
+        unsupported.append(f"minReaderVersion {reader_version}")
+    unsupported += sorted(set(features) - SUPPORTED_READER_FEATURES)
+    mapping = configuration.get("delta.columnMapping.mode")
     if mapping not in (None, "none") and "columnMapping" not in unsupported:
         unsupported.append(f"columnMapping (mode {mapping})")
     if unsupported:
         raise UnsupportedTableFeatureError(location, unsupported)
+
+
+# Writer features under which a commit is complete with its add, remove and metaData
+# actions (Delta protocol, "Table Features"): the others ask a writer to check rows
+# (invariants, CHECK constraints), fill columns (generated, identity), write change data,
+# track rows, or stamp commits, which delta-rs does or refuses.
+_PLAIN_WRITER_FEATURES = frozenset(
+    {"appendOnly", DELETION_VECTORS, "timestampNtz", "vacuumProtocolCheck"}
+)
+# Legacy writer version 2 is appendOnly and column invariants.
+_PLAIN_WRITER_VERSION = 2
+
+
+def takes_plain_commits(snapshot: LogSnapshot, *, removes_rows: bool) -> bool:
+    """Whether a commit to ``snapshot`` (files added and removed, deletion vectors, nullable
+    columns added, the schema replaced) is complete as bare JSON actions: no writer feature
+    of the table asks more of its writer (Delta Barrier's tables ask nothing more).
+    ``removes_rows``: the commit removes files or rows as a change of data, which an
+    append-only table refuses (delta-rs says so)."""
+    if removes_rows and snapshot.configuration.get("delta.appendOnly", "").lower() == "true":
+        return False
+    writer_version = int(snapshot.protocol.get("minWriterVersion", 1))
+    if writer_version == 7:
+        features = set(snapshot.protocol.get("writerFeatures") or ())
+        if not features <= _PLAIN_WRITER_FEATURES:
+            return False
+    elif writer_version > _PLAIN_WRITER_VERSION:
+        return False
+    return "delta.invariants" not in snapshot.schema_json
 
 
 def table_exists(location: str) -> bool:
@@ -408,6 +431,7 @@ __all__ = [
     "loaded_table",
     "log_commits",
     "open_table",
+    "takes_plain_commits",
     "table_exists",
     "table_version",
 ]

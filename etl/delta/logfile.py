@@ -19,7 +19,7 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from etl.delta.layout import filesystem, normalize_location
@@ -153,6 +153,79 @@ def app_transactions(location: str, version: int) -> dict[str, int]:
     return dict(_replayed(location, version).txns)
 
 
+@dataclass(frozen=True)
+class LogSnapshot:
+    """One version of a table as our own replay of its log reads it: what a commit our JSON
+    writer writes whole is planned on, without delta-rs loading the table (whose load and
+    commit grow with the table's active files, :func:`log_snapshot`)."""
+
+    location: str
+    version: int
+    protocol: Mapping[str, Any]
+    """The ``protocol`` action in force (minReaderVersion, minWriterVersion, features)."""
+    metadata: Mapping[str, Any]
+    """The ``metaData`` action in force (schemaString, partitionColumns, configuration...)."""
+
+    @property
+    def schema_json(self) -> str:
+        return str(self.metadata["schemaString"])
+
+    @property
+    def partition_columns(self) -> list[str]:
+        return list(self.metadata.get("partitionColumns") or [])
+
+    @property
+    def configuration(self) -> dict[str, str]:
+        return dict(self.metadata.get("configuration") or {})
+
+
+def log_snapshot(location: str) -> LogSnapshot | None:
+    """The latest version of the table at ``location`` as our replay reads it; None when
+    there is no table.
+
+    The latest version is found as :func:`etl.delta.log.loaded_table` finds it: from the
+    newest replay kept for the table (its entry unchanged), the next versions' entries are
+    looked up one by one (one HEAD each on an object store) until one is absent; entries
+    are written one after another, put if absent, so no version follows an absent entry.
+    Without a usable kept replay, the log is listed. Only the entries after the kept
+    replay are read."""
+    location = normalize_location(location)
+    with _replays_lock:
+        known = _replays.get(location)
+    if known is not None and entry_stamp(location, known.version) == known.stamp:
+        latest = known.version
+        while entry_written(location, latest + 1):
+            latest += 1
+    else:
+        commits, checkpoints = log_versions(*filesystem(location))
+        versions = [*commits[-1:], *checkpoints]
+        if not versions:
+            return None
+        latest = max(versions)
+    replay = _replayed(location, latest)
+    if replay.protocol is None or replay.metadata is None:
+        raise DeltaIOError(
+            table=location,
+            operation="read log",
+            reason=f"version {latest} has no protocol or metaData action in its log",
+        )
+    return LogSnapshot(location, latest, replay.protocol, replay.metadata)
+
+
+def entry_written(location: str, version: int) -> bool:
+    """Whether log entry ``version`` exists: one HEAD on an object store (Arrow's
+    ``get_file_info`` of an absent key lists the prefix too, to tell a directory)."""
+    name = f"{version:020d}.json"
+    if is_local(location):
+        return os.path.isfile(os.path.join(location, LOG_DIR, name))
+    fs, root = filesystem(location)
+    try:
+        fs.open_input_file(f"{root}/{LOG_DIR}/{name}").close()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def _replayed(location: str, version: int) -> _Replay:
     """The replay of the log through ``version``.
 
@@ -172,14 +245,12 @@ def _replayed(location: str, version: int) -> _Replay:
         if known.version == version:
             return known
         try:
-            replay = _replay(
-                location, dict(known.adds), dict(known.txns), known.version + 1, version
-            )
+            replay = _replay(location, known.state(), known.version + 1, version)
         except FileNotFoundError:  # entries after the kept replay were cleaned up
             replay = None
-    adds, txns = replay or _full_replay(location, version)
+    state = replay or _full_replay(location, version)
     stamp = entry_stamp(location, version)
-    replayed = _Replay(version, stamp, adds, txns)
+    replayed = _Replay(version, stamp, *state)
     with _replays_lock:
         kept = _replays.get(location)
         if stamp is not None and (kept is None or kept.version <= version):
@@ -187,6 +258,10 @@ def _replayed(location: str, version: int) -> _Replay:
                 _replays.pop(next(iter(_replays)))
             _replays[location] = replayed
     return replayed
+
+
+_ReplayState = tuple[dict[str, dict], dict[str, int], "dict | None", "dict | None"]
+"""(adds by decoded path, app transactions, the protocol action, the metaData action)."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +272,11 @@ class _Replay:
     the same place has other entries, and its replay starts afresh."""
     adds: dict[str, dict]
     txns: dict[str, int]
+    protocol: dict | None
+    metadata: dict | None
+
+    def state(self) -> _ReplayState:
+        return dict(self.adds), dict(self.txns), self.protocol, self.metadata
 
 
 def entry_stamp(location: str, version: int) -> tuple[int, int] | None:
@@ -227,14 +307,13 @@ _replays: dict[str, _Replay] = {}
 _replays_lock = threading.Lock()
 
 
-def _full_replay(location: str, version: int) -> tuple[dict[str, dict], dict[str, int]]:
+def _full_replay(location: str, version: int) -> _ReplayState:
     fs, root = filesystem(location)
     commits, checkpoints = log_versions(fs, root)
     start = max((v for v in checkpoints if v <= version), default=None)
-    adds: dict[str, dict] = {}
-    txns: dict[str, int] = {}
+    state: _ReplayState = ({}, {}, None, None)
     if start is not None:
-        adds, txns = _checkpoint_actions(fs, root, start)
+        state = _checkpoint_actions(fs, root, start)
     first = 0 if start is None else start + 1
     missing = [v for v in range(first, version + 1) if v not in set(commits)]
     if missing:
@@ -243,13 +322,12 @@ def _full_replay(location: str, version: int) -> tuple[dict[str, dict], dict[str
             operation="read log",
             reason=f"log entries {missing[:5]} of version {version} are gone",
         )
-    return _replay(location, adds, txns, first, version)
+    return _replay(location, state, first, version)
 
 
-def _replay(
-    location: str, adds: dict[str, dict], txns: dict[str, int], first: int, last: int
-) -> tuple[dict[str, dict], dict[str, int]]:
-    """``adds`` and ``txns`` (changed in place) after the JSON commits ``first`` to ``last``."""
+def _replay(location: str, state: _ReplayState, first: int, last: int) -> _ReplayState:
+    """``state`` (its dicts changed in place) after the JSON commits ``first`` to ``last``."""
+    adds, txns, protocol, metadata = state
     fs, root = filesystem(location)
     for v in range(first, last + 1):
         for action in read_actions(fs, root, v):
@@ -259,43 +337,72 @@ def _replay(
                 adds.pop(unquote(action["remove"]["path"]), None)
             elif "txn" in action:
                 txns[action["txn"]["appId"]] = int(action["txn"]["version"])
-    return adds, txns
+            elif "protocol" in action:
+                protocol = action["protocol"]
+            elif "metaData" in action:
+                metadata = action["metaData"]
+    return adds, txns, protocol, metadata
 
 
-def _checkpoint_actions(
-    fs: pafs.FileSystem, root: str, version: int
-) -> tuple[dict[str, dict], dict[str, int]]:
-    """The ``add`` actions (by decoded path) and app transactions of checkpoint ``version``."""
+def _checkpoint_actions(fs: pafs.FileSystem, root: str, version: int) -> _ReplayState:
+    """The ``add`` actions (by decoded path), app transactions, protocol and metaData of
+    checkpoint ``version``."""
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     adds: dict[str, dict] = {}
     txns: dict[str, int] = {}
+    protocol: dict | None = None
+    metadata: dict | None = None
     prefix = f"{version:020d}.checkpoint"
     for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}")):
         if not (info.base_name.startswith(prefix) and info.base_name.endswith(".parquet")):
             continue
         with fs.open_input_file(info.path) as source:
             part = pq.ParquetFile(source)
-            columns = [c for c in ("add", "txn") if c in part.schema_arrow.names]
+            wanted = ("add", "txn", "protocol", "metaData")
+            columns = [c for c in wanted if c in part.schema_arrow.names]
             table = part.read(columns=columns)
         if "txn" in columns:
             for txn in table.column("txn").to_pylist():
                 if txn is not None:
                     txns[txn["appId"]] = int(txn["version"])
+        if "protocol" in columns:
+            for row in table.column("protocol").to_pylist():
+                if row is not None:
+                    protocol = {k: v for k, v in row.items() if v is not None}
+        if "metaData" in columns:
+            for row in table.column("metaData").to_pylist():
+                if row is not None:
+                    metadata = _checkpoint_metadata(row)
         for row in table.column("add").to_pylist():
             if row is None:
                 continue
             add = {k: v for k, v in row.items() if v is not None}
-            # A map column reads back as (key, value) pairs.
-            values = add.get("partitionValues") or []
-            add["partitionValues"] = dict(values) if isinstance(values, list) else values
+            add["partitionValues"] = _as_map(add.get("partitionValues"))
             if "deletionVector" in add:
                 add["deletionVector"] = {
                     k: v for k, v in add["deletionVector"].items() if v is not None
                 }
             adds[unquote(add["path"])] = add
-    return adds, txns
+    return adds, txns, protocol, metadata
+
+
+def _as_map(values: object) -> dict:
+    """A checkpoint's map column, which reads back as (key, value) pairs."""
+    if isinstance(values, list):
+        return dict(values)
+    return dict(values or {})  # type: ignore[call-overload]
+
+
+def _checkpoint_metadata(row: Mapping[str, Any]) -> dict:
+    metadata = {k: v for k, v in row.items() if v is not None}
+    metadata["configuration"] = _as_map(metadata.get("configuration"))
+    file_format = dict(metadata.get("format") or {"provider": "parquet"})
+    file_format["options"] = _as_map(file_format.get("options"))
+    metadata["format"] = file_format
+    metadata["partitionColumns"] = list(metadata.get("partitionColumns") or [])
+    return metadata
 
 
 def commit_actions(location: str, version: int, actions: Sequence[Mapping]) -> None:
@@ -316,12 +423,15 @@ __all__ = [
     "DELETION_VECTORS",
     "LOG_DIR",
     "LogEntry",
+    "LogSnapshot",
     "active_adds",
     "app_transactions",
     "commit_actions",
     "deletion_vector",
     "entry_stamp",
+    "entry_written",
     "log_entry",
+    "log_snapshot",
     "log_versions",
     "read_actions",
     "same_rows_version",

@@ -31,9 +31,8 @@ from deltalake.transaction import (
 from consistency.models import META_COMMIT_ID, META_EPOCH, META_GENERATION, META_JOB
 from etl.delta.fence import Fence
 from etl.delta.files import DataFile
-from etl.delta.layout import log_path
-from etl.delta.log import history, loaded_table
-from etl.delta.logfile import commit_actions
+from etl.delta.layout import filesystem, log_path
+from etl.delta.logfile import commit_actions, read_actions
 from etl.faults import maybe_crash
 from etl.storage import storage_options
 
@@ -64,15 +63,20 @@ class LogWriter(ABC, Generic[Entry]):
         the caller reads back what landed (:meth:`landed`)."""
 
     def landed(self, location: str, after: int, commit_id: str) -> int | None:
-        """The version after ``after`` whose commitInfo holds ``commit_id``, if it landed."""
-        with loaded_table(location, operation="commit") as table:
-            newer = table.version() - after
-            if newer <= 0:
+        """The version after ``after`` whose commitInfo holds ``commit_id``, if it landed:
+        the entries after ``after`` are read one by one until one is absent (entries are
+        written one after another, put if absent)."""
+        fs, root = filesystem(location)
+        version = after + 1
+        while True:
+            try:
+                actions = read_actions(fs, root, version)
+            except FileNotFoundError:
                 return None
-            entries = history(table, location, limit=newer)
-        return next(
-            (int(e["version"]) for e in entries if e.get(META_COMMIT_ID) == commit_id), None
-        )
+            info: dict = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+            if info.get(META_COMMIT_ID) == commit_id:
+                return version
+            version += 1
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,9 @@ def merge_files(
 
         expected = [f.name for f in spark_schema(table).fields]
         # New nullable columns evolve the table; the table's rows read them as null.
-        added = added_columns(table, location, to_arrow_schema(updates.schema, timezone="UTC"))
+        added = added_columns(
+            table.schema().to_json(), location, to_arrow_schema(updates.schema, timezone="UTC")
+        )
         if not keys or any(k not in expected for k in keys):
             raise InvalidWriteOptionError(
                 table=location,
