@@ -51,6 +51,7 @@ from etl.delta.log import (
     loaded_table,
     table_exists,
     takes_plain_commits,
+    version_of,
 )
 from etl.delta.logfile import (
     CHECKPOINT_INTERVAL,
@@ -210,7 +211,7 @@ def run_commit(
                 outcome = _write(location, attempt, -1, fence, commit_id, operation)
             else:
                 check_supported(table, location)
-                read = _version_of(table)
+                read = version_of(table)
                 if first_read is None:
                     first_read = read
                 elif (
@@ -252,10 +253,6 @@ def _planned_version(
     else:
         with loaded_table(location, version=planned_at, operation=operation) as table:
             yield table
-
-
-def _version_of(table: DeltaTable | LogSnapshot) -> int:
-    return table.version if isinstance(table, LogSnapshot) else table.version()
 
 
 def _write(

@@ -114,7 +114,7 @@ def spark_location(location: str) -> str:
 # The characters delta-rs percent-encodes in a log path (besides control characters and
 # non-ASCII bytes): readers such as delta-rs and DuckDB identify a logical file by the
 # path string of its actions, so a remove must spell a path exactly as its add did.
-_LOG_PATH_ENCODED = frozenset('\\{^}%`]">[<#|*?')
+_LOG_PATH_ENCODED = frozenset(' \\{^}%`]">[<#|*?')
 _LOG_PATH_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) not in _LOG_PATH_ENCODED)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -18,7 +19,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
+from deltalake import DeltaTable, Schema
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from consistency.models import (
@@ -167,7 +168,7 @@ def _keep(location: str, table: DeltaTable, stamp: tuple[int, int] | None) -> No
             _kept_states.popitem(last=False)
 
 
-def check_supported(table: DeltaTable | LogSnapshot, location: str) -> None:
+def check_supported(table: TableVersion, location: str) -> None:
     """Raise UnsupportedTableFeatureError when the table uses features we cannot read."""
     if isinstance(table, LogSnapshot):
         reader_version = int(table.protocol.get("minReaderVersion", 1))
@@ -279,20 +280,44 @@ class ActiveFile:
         return self.rows - self.deletion_vector.cardinality
 
 
-def has_deletion_vectors(table: DeltaTable) -> bool:
-    """Whether the loaded version's protocol enables deletion vectors: else no file has one."""
+TableVersion = DeltaTable | LogSnapshot
+"""One version of a table, loaded by delta-rs or read from our replay of its log."""
+
+
+def version_of(table: TableVersion) -> int:
+    return table.version if isinstance(table, LogSnapshot) else table.version()
+
+
+def schema_json(table: TableVersion) -> str:
+    """The version's schema, as the Delta log's JSON."""
+    return table.schema_json if isinstance(table, LogSnapshot) else table.schema().to_json()
+
+
+def partition_columns(table: TableVersion) -> list[str]:
+    if isinstance(table, LogSnapshot):
+        return table.partition_columns
+    return list(table.metadata().partition_columns)
+
+
+def has_deletion_vectors(table: TableVersion) -> bool:
+    """Whether the version's protocol enables deletion vectors: else no file has one."""
+    if isinstance(table, LogSnapshot):
+        return DELETION_VECTORS in (table.protocol.get("readerFeatures") or ())
     return DELETION_VECTORS in (table.protocol().reader_features or ())
 
 
-def active_files(table: DeltaTable, *, epochs: tuple[int, int] | None = None) -> list[ActiveFile]:
-    """The files of the loaded version, with typed partition values and min/max stats.
+def active_files(table: TableVersion, *, epochs: tuple[int, int] | None = None) -> list[ActiveFile]:
+    """The files of the version, with typed partition values and min/max stats.
 
     With ``epochs=(first, last)``, only the files that may hold rows of those epochs: by
     their :data:`EPOCH_COLUMN` partition value, else by its min/max statistics (a file
-    without them is kept). The files are pruned in Arrow before any Python object is made
-    per file: an append table gains a file every epoch until compaction, and reading one
-    epoch of it should not cost a Python object for each file of its history.
+    without them is kept). The files are pruned before any object is made per file (in
+    Arrow for delta-rs' table, on the epoch's raw values for our replay): an append table
+    gains a file every epoch until compaction, and reading one epoch of it should not cost
+    an object for each file of its history.
     """
+    if isinstance(table, LogSnapshot):
+        return _replayed_files(table, epochs)
     actions = pa.table(table.get_add_actions(flatten=False))
     keep = None if epochs is None else _may_hold_epochs(actions, *epochs)
     if keep is not None:
@@ -327,6 +352,118 @@ def active_files(table: DeltaTable, *, epochs: tuple[int, int] | None = None) ->
         )
         for row in rows
     ]
+
+
+def _replayed_files(snapshot: LogSnapshot, epochs: tuple[int, int] | None) -> list[ActiveFile]:
+    """:func:`active_files` of our replay: the add actions' partition values and statistics
+    typed as delta-rs types them (the table's Arrow types), for the files that may hold
+    ``epochs`` only."""
+    partitioned = EPOCH_COLUMN in snapshot.partition_columns
+    chosen: list[tuple[str, Mapping[str, Any], dict]] = []
+    for path, add in snapshot.adds.items():
+        stats = _stats(add)
+        if epochs is not None:
+            first, last = epochs
+            if partitioned:
+                value = (add.get("partitionValues") or {}).get(EPOCH_COLUMN)
+                if value in (None, "") or not first <= int(value) <= last:
+                    continue
+            else:
+                low = (stats.get("minValues") or {}).get(EPOCH_COLUMN)
+                high = (stats.get("maxValues") or {}).get(EPOCH_COLUMN)
+                if (low is not None and int(low) > last) or (
+                    high is not None and int(high) < first
+                ):
+                    continue
+        chosen.append((path, add, stats))
+    types = _arrow_types(snapshot.schema_json)
+    location = snapshot.location
+    partitions = _typed_columns(
+        location,
+        [add.get("partitionValues") or {} for _, add, _ in chosen],
+        types,
+        partition_values=True,
+    )
+    lows = _typed_columns(location, [s.get("minValues") or {} for *_, s in chosen], types)
+    highs = _typed_columns(location, [s.get("maxValues") or {} for *_, s in chosen], types)
+    return [
+        ActiveFile(
+            path=path,
+            size=int(add["size"]),
+            partition_values=partition,
+            min_values=low,
+            max_values=high,
+            null_counts=dict(stats.get("nullCount") or {}),
+            rows=stats.get("numRecords"),
+            deletion_vector=deletion_vector(add),
+        )
+        for (path, add, stats), partition, low, high in zip(
+            chosen, partitions, lows, highs, strict=True
+        )
+    ]
+
+
+def _stats(add: Mapping[str, Any]) -> dict:
+    stats = add.get("stats")
+    if isinstance(stats, str) and stats:
+        return json.loads(stats)
+    return dict(stats) if isinstance(stats, Mapping) else {}
+
+
+@functools.lru_cache(maxsize=256)
+def _arrow_types(table_schema: str) -> Mapping[str, pa.DataType]:
+    fields = pa.schema(Schema.from_json(table_schema).to_arrow())
+    return {f.name: f.type for f in fields}
+
+
+def _typed_columns(
+    location: str,
+    rows: list[Mapping[str, Any]],
+    types: Mapping[str, pa.DataType],
+    *,
+    partition_values: bool = False,
+) -> list[dict[str, Any]]:
+    """``rows`` (one mapping of column -> logged value per file) with each column's values
+    cast to the column's type, as delta-rs gives them. Partition values are the protocol's
+    strings (an empty one is null; a timestamp is UTC without an offset); statistics are
+    JSON values. A column whose values do not cast (or a nested one) is left out: a bound
+    that is not there rules no file out."""
+    typed: list[dict[str, Any]] = [{} for _ in rows]
+    for column in dict.fromkeys(c for row in rows for c in row):
+        kind = types.get(column)
+        if kind is None or pa.types.is_nested(kind):
+            continue
+        raw = [row.get(column) for row in rows]
+        if partition_values:
+            raw = [None if value == "" else value for value in raw]
+        try:
+            values = _cast([None if v is None else str(v) for v in raw], kind).to_pylist()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+            if partition_values:
+                raise DeltaIOError(
+                    table=location,
+                    operation="read log",
+                    reason=f"partition values of column {column!r} do not read as {kind}: {exc}",
+                ) from exc
+            continue
+        for row, value in zip(typed, values, strict=True):
+            row[column] = value
+    if partition_values:  # every partition column is in every file's partition values
+        for row, given in zip(typed, rows, strict=True):
+            for column in given:
+                row.setdefault(column, None)
+    return typed
+
+
+def _cast(texts: list[str | None], kind: pa.DataType) -> pa.Array:
+    strings = pa.array(texts, pa.string())
+    if pa.types.is_timestamp(kind) and kind.tz is not None:
+        # Partition values carry no offset (UTC); statistics end in Z.
+        plain = pc.replace_substring_regex(strings, r"(Z|[+-]00:?00)$", "")
+        return plain.cast(pa.timestamp(kind.unit)).cast(kind)
+    if pa.types.is_boolean(kind):
+        return pc.equal(pc.utf8_lower(strings), "true")
+    return strings.cast(kind)
 
 
 def _epoch_field(actions: pa.Table, column: str) -> pa.ChunkedArray | None:
@@ -422,6 +559,7 @@ def _as_int(value: object) -> int | None:
 
 __all__ = [
     "EPOCH_COLUMN",
+    "TableVersion",
     "SUPPORTED_READER_FEATURES",
     "ActiveFile",
     "active_files",
@@ -431,7 +569,10 @@ __all__ = [
     "loaded_table",
     "log_commits",
     "open_table",
+    "partition_columns",
+    "schema_json",
     "takes_plain_commits",
+    "version_of",
     "table_exists",
     "table_version",
 ]

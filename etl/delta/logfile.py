@@ -18,7 +18,7 @@ import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -155,9 +155,10 @@ def app_transactions(location: str, version: int) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class LogSnapshot:
-    """One version of a table as our own replay of its log reads it: what a commit our JSON
-    writer writes whole is planned on, without delta-rs loading the table (whose load and
-    commit grow with the table's active files, :func:`log_snapshot`)."""
+    """One version of a table as our own replay of its log reads it (:func:`log_snapshot`):
+    what a commit our JSON writer writes whole is planned on and a read finds its files
+    in, without delta-rs loading the table (whose load grows with the table's active files:
+    delta-rs reads the newest checkpoint again to bring a table forward by one entry)."""
 
     location: str
     version: int
@@ -165,6 +166,8 @@ class LogSnapshot:
     """The ``protocol`` action in force (minReaderVersion, minWriterVersion, features)."""
     metadata: Mapping[str, Any]
     """The ``metaData`` action in force (schemaString, partitionColumns, configuration...)."""
+    adds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    """The ``add`` actions of the active files, by decoded path (never changed)."""
 
     @property
     def schema_json(self) -> str:
@@ -179,37 +182,39 @@ class LogSnapshot:
         return dict(self.metadata.get("configuration") or {})
 
 
-def log_snapshot(location: str) -> LogSnapshot | None:
-    """The latest version of the table at ``location`` as our replay reads it; None when
-    there is no table.
+def log_snapshot(location: str, version: int | None = None) -> LogSnapshot | None:
+    """``version`` (the latest when None) of the table at ``location`` as our replay reads
+    it; None when there is no table.
 
     The latest version is found as :func:`etl.delta.log.loaded_table` finds it: from the
     newest replay kept for the table (its entry unchanged), the next versions' entries are
     looked up one by one (one HEAD each on an object store) until one is absent; entries
     are written one after another, put if absent, so no version follows an absent entry.
-    Without a usable kept replay, the log is listed. Only the entries after the kept
-    replay are read."""
+    Without a usable kept replay, the log is listed. Only the entries after the newest
+    replay kept at or before the version are read (DeltaIOError when the version's entries
+    are gone)."""
     location = normalize_location(location)
-    with _replays_lock:
-        known = _replays.get(location)
-    if known is not None and entry_stamp(location, known.version) == known.stamp:
-        latest = known.version
-        while entry_written(location, latest + 1):
-            latest += 1
-    else:
-        commits, checkpoints = log_versions(*filesystem(location))
-        versions = [*commits[-1:], *checkpoints]
-        if not versions:
-            return None
-        latest = max(versions)
-    replay = _replayed(location, latest)
+    if version is None:
+        with _replays_lock:
+            known = max(_replays.get(location, ()), key=lambda r: r.version, default=None)
+        if known is not None and entry_stamp(location, known.version) == known.stamp:
+            version = known.version
+            while entry_written(location, version + 1):
+                version += 1
+        else:
+            commits, checkpoints = log_versions(*filesystem(location))
+            versions = [*commits[-1:], *checkpoints]
+            if not versions:
+                return None
+            version = max(versions)
+    replay = _replayed(location, version)
     if replay.protocol is None or replay.metadata is None:
         raise DeltaIOError(
             table=location,
             operation="read log",
-            reason=f"version {latest} has no protocol or metaData action in its log",
+            reason=f"version {version} has no protocol or metaData action in its log",
         )
-    return LogSnapshot(location, latest, replay.protocol, replay.metadata)
+    return LogSnapshot(location, version, replay.protocol, replay.metadata, replay.adds)
 
 
 def entry_written(location: str, version: int) -> bool:
@@ -229,19 +234,16 @@ def entry_written(location: str, version: int) -> bool:
 def _replayed(location: str, version: int) -> _Replay:
     """The replay of the log through ``version``.
 
-    A version's actions never change, so the newest replay of each table is kept: a later
-    version only replays the commits after it (a job reads its input at each new sealed
-    version and commits once per epoch; without this every read and commit replayed the
-    log since the checkpoint)."""
+    A version's actions never change, so the newest replays of each table are kept: a
+    later version only replays the commits after the newest kept at or before it (a job
+    reads its input at each new sealed version and commits once per epoch, and a reader
+    may read a version just before the one the writer committed; without this every read
+    and commit replayed the log since the checkpoint)."""
     with _replays_lock:
-        known = _replays.get(location)
+        usable = [r for r in _replays.get(location, ()) if r.version <= version]
+    known = max(usable, key=lambda r: r.version, default=None)
     replay = None
-    fresh = (
-        known is not None
-        and known.version <= version
-        and entry_stamp(location, known.version) == known.stamp
-    )
-    if known is not None and fresh:
+    if known is not None and entry_stamp(location, known.version) == known.stamp:
         if known.version == version:
             return known
         try:
@@ -251,12 +253,13 @@ def _replayed(location: str, version: int) -> _Replay:
     state = replay or _full_replay(location, version)
     stamp = entry_stamp(location, version)
     replayed = _Replay(version, stamp, *state)
-    with _replays_lock:
-        kept = _replays.get(location)
-        if stamp is not None and (kept is None or kept.version <= version):
-            if kept is None and len(_replays) >= _REPLAYS_KEPT:
+    if stamp is not None:
+        with _replays_lock:
+            kept = [r for r in _replays.pop(location, ()) if r.version != version]
+            kept = sorted([*kept, replayed], key=lambda r: r.version)[-_REPLAYS_PER_TABLE:]
+            _replays[location] = kept
+            while len(_replays) > _REPLAYS_KEPT:
                 _replays.pop(next(iter(_replays)))
-            _replays[location] = replayed
     return replayed
 
 
@@ -302,8 +305,11 @@ def entry_stamp(location: str, version: int) -> tuple[int, int] | None:
 
 
 _REPLAYS_KEPT = 64
-"""Tables whose newest replay :func:`_replayed` keeps (the oldest kept is dropped)."""
-_replays: dict[str, _Replay] = {}
+"""Tables whose newest replays :func:`_replayed` keeps (the least recently used is dropped)."""
+_REPLAYS_PER_TABLE = 3
+"""Replays kept per table: a reader of a sealed version, the writer's next commit, and
+its check of whether the commit landed."""
+_replays: dict[str, list[_Replay]] = {}
 _replays_lock = threading.Lock()
 
 

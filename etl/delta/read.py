@@ -9,9 +9,10 @@ features).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
@@ -35,11 +36,16 @@ from etl.delta.layout import (
 from etl.delta.log import (
     EPOCH_COLUMN,
     ActiveFile,
+    TableVersion,
     active_files,
     check_supported,
     has_deletion_vectors,
     loaded_table,
+    partition_columns,
+    schema_json,
+    version_of,
 )
+from etl.delta.logfile import log_snapshot
 from etl.errors import DeltaIOError, FilesRemovedError
 from etl.storage import is_local, spark_io
 
@@ -53,17 +59,17 @@ ROW_INDEX_COLUMN = "__delta_barrier_row_index"
 """The column :func:`scan` adds with ``with_row_index``: the row's position in its file."""
 
 
-def spark_schema(table: DeltaTable):
+def spark_schema(table: TableVersion):
     """The table's schema as a Spark StructType (Delta schemas use Spark's JSON form)."""
     from pyspark.sql.types import StructType
 
-    return StructType.fromJson(json.loads(table.schema().to_json()))
+    return StructType.fromJson(json.loads(schema_json(table)))
 
 
 def scan(
     spark: SparkSession,
     location: str,
-    table: DeltaTable,
+    table: TableVersion,
     files: Sequence[ActiveFile],
     *,
     with_file_path: bool = False,
@@ -148,7 +154,7 @@ def spark_file_uri(spark: SparkSession, path: str) -> str:
 def _scan(
     spark: SparkSession,
     location: str,
-    table: DeltaTable,
+    table: TableVersion,
     files: Sequence[ActiveFile],
     with_file_path: bool,
     with_row_index: bool,
@@ -158,7 +164,7 @@ def _scan(
 
     schema = spark_schema(table)
     names = [f.name for f in schema.fields]
-    partition_by = list(table.metadata().partition_columns)
+    partition_by = partition_columns(table)
     meta = []
     if with_file_path:
         meta.append(F.col("_metadata.file_path").alias(FILE_PATH_COLUMN))
@@ -334,13 +340,13 @@ def read_table_sized(
 ) -> TableRead:
     """:func:`read_table`, with the bytes of the files it reads."""
     location = normalize_location(location)
-    with loaded_table(location, version=version) as table:
+    with _version_to_read(location, version) as table:
         check_supported(table, location)
         files = active_files(table)
         try:
             return TableRead(scan(spark, location, table, files), sum(f.size for f in files))
         except DeltaIOError as exc:
-            removed = _files_removed(table, location)
+            removed = _files_removed(location, version_of(table))
             if removed is None:
                 raise
             raise removed from exc
@@ -366,9 +372,9 @@ def read_epochs_sized(
     from pyspark.sql import functions as F
 
     location = normalize_location(location)
-    with loaded_table(location, version=version) as table:
+    with _version_to_read(location, version) as table:
         check_supported(table, location)
-        if EPOCH_COLUMN not in [field.name for field in table.schema().fields]:
+        if EPOCH_COLUMN not in [field.name for field in spark_schema(table).fields]:
             raise DeltaIOError(
                 table=location,
                 operation="read_epochs",
@@ -381,6 +387,23 @@ def read_epochs_sized(
         # and a filter that keeps every row would cost Spark another analysis of the plan.
         frame = frame.where(F.col(EPOCH_COLUMN).between(first_epoch, last_epoch))
     return TableRead(frame, sum(f.size for f in files))
+
+
+@contextlib.contextmanager
+def _version_to_read(location: str, version: int | None) -> Iterator[TableVersion]:
+    """The version a Spark read plans on: our replay of the log, whose cost does not grow
+    with the table's files as delta-rs' load does (a job reads its inputs every epoch);
+    delta-rs' table where the log has no JSON entry for it left to replay (cleaned up
+    before a checkpoint our replay cannot start from)."""
+    try:
+        snapshot = log_snapshot(location, version)
+    except DeltaIOError:
+        snapshot = None
+    if snapshot is not None:
+        yield snapshot
+        return
+    with loaded_table(location, version=version) as table:
+        yield table
 
 
 def read_arrow(
@@ -401,7 +424,7 @@ def read_arrow(
         try:
             return arrow_rows(table, location, columns=columns, filter_epochs=filter_epochs)
         except DeltaIOError as exc:
-            removed = _files_removed(table, location)
+            removed = _files_removed(location, table.version())
             if removed is None:
                 raise
             raise removed from exc
@@ -422,13 +445,13 @@ def missing_files(location: str, version: int) -> list[str]:
     return [path for path, there in zip(paths, found, strict=True) if not there]
 
 
-def _files_removed(table: DeltaTable, location: str) -> FilesRemovedError | None:
-    """FilesRemovedError when a read of ``table`` failed because files of its version
-    are gone; None when they are all there (the failure was something else)."""
-    missing = missing_files(location, table.version())
+def _files_removed(location: str, version: int) -> FilesRemovedError | None:
+    """FilesRemovedError when a read of ``version`` failed because files of it are gone;
+    None when they are all there (the failure was something else)."""
+    missing = missing_files(location, version)
     if not missing:
         return None
-    return FilesRemovedError(table=location, version=table.version(), missing=missing)
+    return FilesRemovedError(table=location, version=version, missing=missing)
 
 
 def arrow_rows(

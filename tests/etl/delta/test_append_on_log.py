@@ -323,3 +323,22 @@ def test_an_append_only_table_takes_appends_on_the_log_and_refuses_removing_rows
     with pytest.raises(Exception, match="(?i)append"):
         commit_files(location, CommitRequest(files, schema=SCHEMA, mode="overwrite", fence=FENCE))
     assert _ids(location) == [0, 1]
+
+
+def test_a_path_is_spelled_in_the_log_as_delta_rs_spells_it(tmp_path):
+    """Readers such as DuckDB match a remove to its add by the path's spelling: an entry
+    our writer adds must spell every path as delta-rs, which may remove it later, does."""
+    from deltalake.transaction import AddAction
+
+    from etl.delta.layout import log_path
+
+    location = str(tmp_path / "t")
+    write_deltalake(location, _rows([0]))
+    printable = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "/")
+    path = f"name={printable}/part é ü {printable}.parquet"
+    table = DeltaTable(location)
+    table.create_write_transaction(
+        [AddAction(path, 1, {}, 0, True, None)], mode="append", schema=table.schema()
+    )
+    written = [a["add"]["path"] for a in read_actions(*filesystem(location), 1) if "add" in a]
+    assert written == [log_path(path)]

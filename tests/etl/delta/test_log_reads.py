@@ -1,0 +1,134 @@
+"""Reads planned on our replay of the log: the files of a version, their typed partition
+values and statistics, exactly as delta-rs gives them, without delta-rs loading the table
+(which reads the newest checkpoint again for every version it is brought to)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from etl.delta import CommitRequest, Fence, claim_table, commit_files
+from etl.delta.files import write_arrow
+from etl.delta.log import EPOCH_COLUMN, ActiveFile, active_files
+from etl.delta.logfile import log_snapshot
+from etl.errors import DeltaIOError
+
+FENCE = Fence("j", generation=1)
+
+TYPED = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("small", pa.int32()),
+        ("name", pa.string()),
+        ("day", pa.date32()),
+        ("at", pa.timestamp("us", tz="UTC")),
+        ("local", pa.timestamp("us")),
+        ("price", pa.decimal128(10, 2)),
+        ("ratio", pa.float64()),
+        ("flag", pa.bool_()),
+        (EPOCH_COLUMN, pa.int64()),
+    ]
+)
+
+
+def _typed_rows(epoch: int, n: int = 3, name: str | None = "a") -> pa.Table:
+    base = epoch * 10
+    return pa.table(
+        {
+            "id": [base + i for i in range(n)],
+            "small": [i for i in range(n)],
+            "name": [None if name is None else f"{name}{i}" for i in range(n)],
+            "day": [date(2024, 1, 1 + i) for i in range(n)],
+            "at": [datetime(2024, 1, 1, 10, i, 30, 123456, tzinfo=UTC) for i in range(n)],
+            "local": [datetime(2024, 2, 1, 8, i) for i in range(n)],
+            "price": [Decimal(f"{i}.25") for i in range(n)],
+            "ratio": [i / 4 for i in range(n)],
+            "flag": [i % 2 == 0 for i in range(n)],
+            EPOCH_COLUMN: [epoch] * n,
+        },
+        schema=TYPED,
+    )
+
+
+def _bounds_given(file: ActiveFile) -> ActiveFile:
+    """``file`` with the statistics it has: delta-rs gives a column without a bound in this
+    file as None when another file of the table has one (readers treat both alike)."""
+    return dataclasses.replace(
+        file,
+        min_values={k: v for k, v in file.min_values.items() if v is not None},
+        max_values={k: v for k, v in file.max_values.items() if v is not None},
+        null_counts={k: v for k, v in file.null_counts.items() if v is not None},
+    )
+
+
+def _same_files(location: str, version: int | None = None, epochs=None) -> list[ActiveFile]:
+    snapshot = log_snapshot(location, version)
+    assert snapshot is not None
+    ours = sorted(active_files(snapshot, epochs=epochs), key=lambda f: f.path)
+    theirs = sorted(
+        active_files(DeltaTable(location, version=version), epochs=epochs), key=lambda f: f.path
+    )
+    assert [_bounds_given(f) for f in ours] == [_bounds_given(f) for f in theirs]
+    return ours
+
+
+@pytest.mark.parametrize(
+    "partition_by",
+    [[], [EPOCH_COLUMN], ["day", "flag"], ["name"], ["small", EPOCH_COLUMN]],
+    ids=["unpartitioned", "epoch", "date-bool", "string-with-nulls", "int-epoch"],
+)
+def test_the_files_of_a_version_are_typed_as_delta_rs_types_them(tmp_path, partition_by):
+    location = str(tmp_path / "t")
+    write_deltalake(location, _typed_rows(0), partition_by=partition_by or None)
+    claim_table(location, fence=FENCE)
+    for epoch in range(1, 14):  # through a checkpoint at version 10
+        rows = _typed_rows(epoch, name=None if epoch == 5 else "a")
+        files = write_arrow(rows, location, partition_by=partition_by, file_prefix=f"e{epoch}")
+        request = CommitRequest(
+            files, schema=TYPED, mode="append", fence=FENCE, partition_by=partition_by
+        )
+        commit_files(location, request)
+    files = _same_files(location)
+    assert len(files) >= 14
+    assert _same_files(location, version=6)  # before the checkpoint, after it was written
+    chosen = _same_files(location, epochs=(4, 5))
+    assert {
+        f.partition_values.get(EPOCH_COLUMN, f.min_values.get(EPOCH_COLUMN)) for f in chosen
+    } == {4, 5}
+    # A copy read from its checkpoint on, without the entries before it.
+    copy = tmp_path / "copy"
+    shutil.copytree(location, copy)
+    for entry in sorted((copy / "_delta_log").glob("*.json"))[:10]:
+        entry.unlink()
+    assert _same_files(str(copy), epochs=(12, 13))
+
+
+def test_deletion_vectors_come_with_the_files_of_our_replay(tmp_path, spark):
+    from tests.etl.delta.test_deletion_vectors import SCHEMA, _merge, _rows, _table
+    from tests.etl.delta.test_deletion_vectors import _commit as commit_dv
+
+    location = str(tmp_path / "t")
+    base = _table(spark, location)
+    updates, merged = _merge(spark, location, base, _rows([10, 20], 2), 2)
+    version = commit_dv(location, updates, merged.adds, 2, deletes=merged.deletes)
+    files = _same_files(location, version)
+    assert any(f.deletion_vector is not None for f in files)
+    assert SCHEMA is not None
+
+
+def test_a_version_whose_entries_are_gone_is_an_error_and_not_a_guess(tmp_path):
+    location = str(tmp_path / "t")
+    for epoch in range(3):
+        files = write_arrow(_typed_rows(epoch), location, file_prefix=f"e{epoch}")
+        commit_files(location, CommitRequest(files, schema=TYPED, mode="append", fence=FENCE))
+    copy = tmp_path / "copy"
+    shutil.copytree(location, copy)
+    (copy / "_delta_log" / f"{1:020d}.json").unlink()
+    with pytest.raises(DeltaIOError, match="gone"):
+        log_snapshot(str(copy), 2)
