@@ -43,6 +43,7 @@ from etl.delta.logfile import (
     entry_stamp,
     entry_written,
     log_versions,
+    read_actions,
 )
 from etl.errors import DeltaIOError, UnsupportedTableFeatureError
 from etl.storage import storage_options
@@ -494,37 +495,29 @@ def _may_hold_epochs(actions: pa.Table, first: int, last: int) -> pa.ChunkedArra
     return functools.reduce(pc.and_, bounds) if bounds else None
 
 
-def history(table: DeltaTable, location: str, *, limit: int | None = None) -> list[dict]:
-    """commitInfo of the newest ``limit`` commits (all when None), newest first."""
-    try:
-        return table.history(limit)
-    except DeltaError as exc:
-        raise DeltaIOError(table=location, operation="history", reason=str(exc)) from exc
-
-
 def log_commits(location: str, *, after_version: int | None = None) -> list[LogCommit]:
     """The commits after ``after_version`` (all when None), oldest first, as recovery sees them.
 
     Epoch, job and attempt come from Delta Barrier's commit metadata (None for commits
     other writers made). ``restored_to`` is the version a RESTORE restored, or
     ``BEFORE_FIRST_VERSION`` for a rollback that emptied the table. No table yet: no commits.
+    Read from the log entries' commitInfo (without loading the table in delta-rs, which
+    grows with its files); entries cleaned up meanwhile are not there to read.
     """
     location = normalize_location(location)
-    latest = table_version(location)
-    if latest is None or (after_version is not None and latest <= after_version):
-        return []
-    with loaded_table(location, operation="log_commits") as table:
-        # Only the commits after ``after_version`` are read: the newest ones, by count.
-        limit = None if after_version is None else table.version() - after_version
-        if limit is not None and limit <= 0:
-            return []
-        entries = history(table, location, limit=limit)
-    commits = [
-        _log_commit(entry)
-        for entry in entries
-        if after_version is None or int(entry["version"]) > after_version
-    ]
-    return sorted(commits, key=lambda c: c.version)
+    fs, root = filesystem(location)
+    commits, _ = log_versions(fs, root)
+    found = []
+    for version in commits:
+        if after_version is not None and version <= after_version:
+            continue
+        try:
+            actions = read_actions(fs, root, version)
+        except FileNotFoundError:  # cleaned up since the listing
+            continue
+        info: dict = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        found.append(_log_commit({**info, "version": version}))
+    return found
 
 
 def _log_commit(entry: Mapping[str, Any]) -> LogCommit:
@@ -565,7 +558,6 @@ __all__ = [
     "active_files",
     "check_supported",
     "has_deletion_vectors",
-    "history",
     "loaded_table",
     "log_commits",
     "open_table",
