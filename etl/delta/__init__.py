@@ -12,8 +12,9 @@ Reading:
 - :mod:`etl.delta.layout`: Hive-style partition directories and partition types;
 - :mod:`etl.delta.read`: Spark DataFrames (:func:`read_table`, :func:`read_epochs`) and
   Arrow/pandas without Spark (:func:`read_arrow`, :func:`read_pandas`);
-- :mod:`etl.delta.dv`: the deletion-vector codec; :mod:`etl.delta.logfile`: the log read
-  (and written) directly where delta-rs does not carry deletion vectors.
+- :mod:`etl.delta.dv`: the deletion-vector codec; :mod:`etl.delta.logfile`: our own replay
+  of the log (:func:`~etl.delta.logfile.log_snapshot`), which commits and Spark reads plan
+  on (delta-rs' load of a table grows with its files), and our JSON entries.
 
 Writing (imported only when used: a reader never loads them):
 
@@ -25,8 +26,9 @@ Writing (imported only when used: a reader never loads them):
   (:func:`~etl.delta.commit.run_commit`: conflict back-off, the fence checked on each
   version tried, "did it land?" after an unknown outcome);
 - :mod:`etl.delta.logwriter`: what writes a version's log entry put if absent, and reads
-  back what landed (:class:`~etl.delta.logwriter.LogWriter`): delta-rs, or our own JSON
-  log writer for what delta-rs cannot carry (deletion vectors, schema changes);
+  back what landed (:class:`~etl.delta.logwriter.LogWriter`): our own JSON log writer for
+  every commit to a table whose writer features ask nothing more than its actions (ours),
+  delta-rs for the others, a table's creation, claims and RESTOREs;
 - :mod:`etl.delta.actions`: the log actions our own entries hold;
 - :mod:`etl.delta.restore`: :func:`restore_table`;
 - :mod:`etl.delta.merge`: keyed upserts (:func:`merge_files`): deletion vectors or

@@ -1,5 +1,8 @@
-"""The Delta log's files read and written directly, where delta-rs does not expose or
-write what we need: deletion vectors.
+"""The Delta log's files read and written directly: our own replay of the log (the
+active files, app transactions, protocol and metadata of a version:
+:func:`log_snapshot`), which commits and Spark reads plan on, since delta-rs' load of a
+table reads its newest checkpoint again for every version it is brought to (a cost that
+grows with the table's files); and what delta-rs does not expose or write: deletion vectors.
 
 delta-rs' ``get_add_actions`` does not give a file's deletion vector, and its
 ``AddAction``/``RemoveAction`` cannot carry one: a remove of a file with a DV written by

@@ -3,10 +3,13 @@ back whether an entry landed.
 
 :class:`LogWriter` is the interface the commit loop (:func:`etl.delta.commit.run_commit`)
 drives; a storage backend implements it. Two implementations, chosen by what a commit
-needs: :class:`DeltaRsLogWriter` (delta-rs writes the entry: plain adds and removes, a new
-table, a RESTORE) and :class:`JsonLogWriter` (our own newline-delimited JSON actions,
-:func:`etl.delta.logfile.commit_actions`: what delta-rs' actions cannot carry, such as
-deletion vectors and schema changes). Both write the same commitInfo (the request's
+needs (:func:`etl.delta.commit.commit_files`): :class:`JsonLogWriter` (our own
+newline-delimited JSON actions, :func:`etl.delta.logfile.commit_actions`: every commit to
+a table whose writer features ask nothing more than its actions, planned on our replay of
+the log, so that a commit costs the same whatever the table's files; and what delta-rs'
+actions cannot carry, such as deletion vectors and schema changes) and
+:class:`DeltaRsLogWriter` (delta-rs writes the entry: a new table, a claim, a RESTORE, and
+commits to tables with other writer features). Both write the same commitInfo (the request's
 metadata, the job and its generation) and the fence's app transaction.
 """
 
