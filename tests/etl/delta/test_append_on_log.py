@@ -9,6 +9,7 @@ unless a writer feature of the table asks more of it than its actions
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 
@@ -59,8 +60,22 @@ def _ids(location: str) -> list[int]:
     return sorted(read_arrow(location, columns=["id"]).column("id").to_pylist())
 
 
-def _refuse(*_args, **_kwargs):
-    raise AssertionError("delta-rs was asked to load or commit the table")
+@contextlib.contextmanager
+def without_delta_rs(monkeypatch):
+    """Inside: delta-rs refuses to load, bring forward or commit to any table."""
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("delta-rs was asked to load or commit the table")
+
+    with monkeypatch.context() as refused:
+        for name in (
+            "__init__",
+            "update_incremental",
+            "load_as_version",
+            "create_write_transaction",
+        ):
+            refused.setattr(DeltaTable, name, refuse)
+        yield
 
 
 def test_an_append_to_a_table_of_many_files_neither_loads_nor_commits_through_delta_rs(
@@ -69,14 +84,7 @@ def test_an_append_to_a_table_of_many_files_neither_loads_nor_commits_through_de
     location = str(tmp_path / "t")
     for i in range(12):
         assert _append(location, range(i * 10, i * 10 + 2)) == i
-    with monkeypatch.context() as refused:
-        for name in (
-            "__init__",
-            "update_incremental",
-            "load_as_version",
-            "create_write_transaction",
-        ):
-            refused.setattr(DeltaTable, name, _refuse)
+    with without_delta_rs(monkeypatch):
         assert _append(location, [500, 501]) == 12  # not a checkpoint's version
     info = _commit_info(location, 12)
     assert info["clientVersion"] == "delta-barrier" and info["operation"] == "WRITE"
@@ -284,14 +292,7 @@ def test_an_overwrite_and_a_copy_on_write_remove_are_written_on_the_log(tmp_path
     location = str(tmp_path / "t")
     for i in range(3):
         _append(location, [i])
-    with monkeypatch.context() as refused:
-        for name in (
-            "__init__",
-            "update_incremental",
-            "load_as_version",
-            "create_write_transaction",
-        ):
-            refused.setattr(DeltaTable, name, _refuse)
+    with without_delta_rs(monkeypatch):
         files = write_arrow(_rows([10, 11]), location, file_prefix="over")
         request = CommitRequest(files, schema=SCHEMA, mode="overwrite", fence=FENCE)
         assert commit_files(location, request) == 3

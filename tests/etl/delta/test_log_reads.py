@@ -132,3 +132,17 @@ def test_a_version_whose_entries_are_gone_is_an_error_and_not_a_guess(tmp_path):
     (copy / "_delta_log" / f"{1:020d}.json").unlink()
     with pytest.raises(DeltaIOError, match="gone"):
         log_snapshot(str(copy), 2)
+
+
+def test_a_spark_read_of_epochs_does_not_load_the_table_in_delta_rs(tmp_path, spark, monkeypatch):
+    from etl.delta import read_epochs, read_table
+    from tests.etl.delta.test_append_on_log import without_delta_rs
+
+    location = str(tmp_path / "t")
+    for epoch in range(12):
+        files = write_arrow(_typed_rows(epoch), location, file_prefix=f"e{epoch}")
+        commit_files(location, CommitRequest(files, schema=TYPED, mode="append", fence=FENCE))
+    with without_delta_rs(monkeypatch):
+        rows = read_epochs(spark, location, version=8, first_epoch=4, last_epoch=5).collect()
+        whole = read_table(spark, location, version=3).count()
+    assert sorted(r.id for r in rows) == [40, 41, 42, 50, 51, 52] and whole == 12
