@@ -3,9 +3,11 @@
 (:func:`run_commit`) that restores (:mod:`etl.delta.restore`) use too.
 
 Every commit is fenced (:class:`~etl.delta.fence.Fence`) and written as exactly the next
-version, put if absent, by a :class:`~etl.delta.logwriter.LogWriter`: delta-rs, or our own
-JSON log writer when the commit carries what delta-rs' actions cannot (deletion vectors,
-a schema change). A commit that loses the race for the version checks the fence and its
+version, put if absent, by a :class:`~etl.delta.logwriter.LogWriter`: our own JSON log
+writer, planned on our replay of the log, on every table whose writer features ask
+nothing more of a commit than its actions; delta-rs on other tables (and for claims and
+a table's creation), except what delta-rs' actions cannot carry (deletion vectors, a
+schema change). A commit that loses the race for the version checks the fence and its
 preconditions again on the new latest version and tries again after a random pause; an
 attempt whose outcome is unknown is looked up in the log by its commit id, so a commit is
 never applied twice.
