@@ -154,13 +154,78 @@ def add_action(file: DataFile, *, data_change: bool) -> AddAction:
     )
 
 
+TIMESTAMP_NTZ = "timestampNtz"
+"""The reader and writer table feature a TIMESTAMP_NTZ column needs (Delta protocol,
+"Timestamp without timezone")."""
+# The writer features a legacy writer version implies (Delta protocol, "Table Features"):
+# a protocol moved to table features must list them.
+_LEGACY_WRITER_FEATURES = {
+    2: ("appendOnly", "invariants"),
+    3: ("checkConstraints",),
+    4: ("changeDataFeed", "generatedColumns"),
+    5: ("columnMapping",),
+    6: ("identityColumns",),
+}
+_LEGACY_READER_FEATURES = {2: ("columnMapping",)}
+
+
+def _has_timestamp_ntz(node: object) -> bool:
+    if isinstance(node, dict):
+        return any(_has_timestamp_ntz(v) for k, v in node.items() if k != "metadata")
+    if isinstance(node, list):
+        return any(_has_timestamp_ntz(v) for v in node)
+    return node == "timestamp_ntz"
+
+
+def protocol_for_schema(protocol: Mapping[str, Any], schema_json: str) -> dict | None:
+    """The ``protocol`` action a table of ``protocol`` needs to hold columns of
+    ``schema_json`` (a Delta schema as JSON); None when it needs no change. A
+    TIMESTAMP_NTZ column needs the ``timestampNtz`` reader and writer feature: the protocol
+    moves to table features (reader 3, writer 7), listing the features its legacy versions
+    implied, or gains the feature."""
+    if not _has_timestamp_ntz(json.loads(schema_json)):
+        return None
+    reader = int(protocol.get("minReaderVersion", 1))
+    writer = int(protocol.get("minWriterVersion", 1))
+    readers = set(protocol.get("readerFeatures") or ())
+    writers = set(protocol.get("writerFeatures") or ())
+    if reader == 3 and writer == 7 and TIMESTAMP_NTZ in readers and TIMESTAMP_NTZ in writers:
+        return None
+    if reader < 3:
+        readers |= {f for v, names in _LEGACY_READER_FEATURES.items() if v <= reader for f in names}
+    if writer < 7:
+        writers |= {f for v, names in _LEGACY_WRITER_FEATURES.items() if v <= writer for f in names}
+    return {
+        "protocol": {
+            "minReaderVersion": 3,
+            "minWriterVersion": 7,
+            "readerFeatures": sorted(readers | {TIMESTAMP_NTZ}),
+            "writerFeatures": sorted(writers | {TIMESTAMP_NTZ}),
+        }
+    }
+
+
+def table_protocol(table: DeltaTable) -> dict:
+    """The body of the ``protocol`` action in force at ``table``'s loaded version."""
+    protocol = table.protocol()
+    body: dict[str, Any] = {
+        "minReaderVersion": protocol.min_reader_version,
+        "minWriterVersion": protocol.min_writer_version,
+    }
+    if protocol.reader_features is not None:
+        body["readerFeatures"] = list(protocol.reader_features)
+    if protocol.writer_features is not None:
+        body["writerFeatures"] = list(protocol.writer_features)
+    return body
+
+
 def creation_actions(schema: pa.Schema, partition_by: Sequence[str]) -> list[dict]:
     """The protocol and metadata of a new table with deletion vectors (Delta protocol,
     "Deletion Vectors": reader version 3 / writer version 7 with the table feature, and
     ``delta.enableDeletionVectors`` for writers to use them)."""
     features = [DELETION_VECTORS]
     if any(pa.types.is_timestamp(f.type) and f.type.tz is None for f in schema):
-        features.append("timestampNtz")  # Delta protocol, "Timestamp without timezone"
+        features.append(TIMESTAMP_NTZ)
     return [
         {
             "protocol": {

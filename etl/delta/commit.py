@@ -40,8 +40,10 @@ from etl.delta.actions import (
     evolved_metadata,
     file_actions,
     metadata_action,
+    protocol_for_schema,
     remove_actions,
     table_metadata,
+    table_protocol,
 )
 from etl.delta.fence import Fence
 from etl.delta.files import DataFile
@@ -442,7 +444,9 @@ def _on_version(
     _check_partitioning(location, request, table.metadata().partition_columns)
     added, replaced = _schema_change(location, table_schema, request)
     if added or replaced or request.deletes or (request.removes and has_deletion_vectors(table)):
-        return _json_entry(location, version, table_metadata(table), request, custom)
+        return _json_entry(
+            location, version, table_protocol(table), table_metadata(table), request, custom
+        )
     file_changes: list[AddAction | RemoveAction] = [
         *(add_action(f, data_change=request.data_change) for f in request.files),
         *remove_actions(table, location, request.removes, data_change=request.data_change),
@@ -473,7 +477,9 @@ def _on_log(
             f"{dict(snapshot.protocol)} while the commit was planned; commit it again",
         )
     _check_partitioning(location, request, snapshot.partition_columns)
-    return _json_entry(location, snapshot.version, snapshot.metadata, request, custom)
+    return _json_entry(
+        location, snapshot.version, snapshot.protocol, snapshot.metadata, request, custom
+    )
 
 
 def _schema_change(
@@ -490,19 +496,24 @@ def _schema_change(
 def _json_entry(
     location: str,
     version: int,
+    protocol: Mapping[str, Any],
     metadata: Mapping[str, Any],
     request: CommitRequest,
     custom: Mapping[str, Any],
 ) -> Attempt[JsonCommit]:
-    """``request`` on top of ``version`` (whose ``metaData`` is ``metadata``) as JSON
-    actions: the schema change, the removes (every file for an overwrite) and new deletion
-    vectors, checked against the version (:func:`~etl.delta.actions.file_actions`), and
-    the adds."""
+    """``request`` on top of ``version`` (whose ``protocol`` and ``metaData`` actions are
+    ``protocol`` and ``metadata``) as JSON actions: the schema change (with the protocol
+    its columns need), the removes (every file for an overwrite) and new deletion vectors,
+    checked against the version (:func:`~etl.delta.actions.file_actions`), and the adds."""
     added, replaced = _schema_change(location, str(metadata["schemaString"]), request)
     gone = list(active_adds(location, version)) if request.mode == "overwrite" else request.removes
     schema_change = [evolved_metadata(metadata, added)] * bool(added) + [
         metadata_action(metadata, json.loads(Schema.from_arrow(request.schema).to_json()))
     ] * replaced
+    if schema_change:
+        upgrade = protocol_for_schema(protocol, schema_change[0]["metaData"]["schemaString"])
+        if upgrade is not None:
+            schema_change.insert(0, upgrade)
     entry = JsonCommit(
         fence=request.fence,
         custom=custom,

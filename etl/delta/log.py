@@ -192,11 +192,12 @@ def check_supported(table: TableVersion, location: str) -> None:
 
 
 # Writer features under which a commit is complete with its add, remove and metaData
-# actions (Delta protocol, "Table Features"): the others ask a writer to check rows
-# (invariants, CHECK constraints), fill columns (generated, identity), write change data,
-# track rows, or stamp commits, which delta-rs does or refuses.
+# actions (Delta protocol, "Table Features"; invariants only while no column declares one,
+# checked apart): the others ask a writer to check rows (CHECK constraints), fill columns
+# (generated, identity), write change data, track rows, or stamp commits, which delta-rs
+# does or refuses.
 _PLAIN_WRITER_FEATURES = frozenset(
-    {"appendOnly", DELETION_VECTORS, "timestampNtz", "vacuumProtocolCheck"}
+    {"appendOnly", "invariants", DELETION_VECTORS, "timestampNtz", "vacuumProtocolCheck"}
 )
 # Legacy writer version 2 is appendOnly and column invariants.
 _PLAIN_WRITER_VERSION = 2

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+from datetime import datetime
 
 import pyarrow as pa
 import pytest
@@ -343,3 +344,103 @@ def test_a_path_is_spelled_in_the_log_as_delta_rs_spells_it(tmp_path):
     )
     written = [a["add"]["path"] for a in read_actions(*filesystem(location), 1) if "add" in a]
     assert written == [log_path(path)]
+
+
+@pytest.mark.parametrize("how", ["added column", "replaced schema"])
+def test_a_schema_change_to_timestamp_ntz_brings_the_protocol_it_needs(tmp_path, how):
+    """A TIMESTAMP_NTZ column needs the timestampNtz table feature: a schema change that
+    brings one without it leaves a table other readers refuse."""
+    location = str(tmp_path / "t")
+    _append(location, [1])
+    assert DeltaTable(location).protocol().min_writer_version == 2  # legacy
+    wider = SCHEMA.append(pa.field("at", pa.timestamp("us")))
+    rows = pa.table({"id": [2], "_epoch": [1], "at": [datetime(2024, 1, 1, 8)]}, schema=wider)
+    files = write_arrow(rows, location, file_prefix="ntz")
+    request = CommitRequest(
+        files,
+        schema=wider,
+        mode="overwrite" if how == "replaced schema" else "append",
+        replace_schema=how == "replaced schema",
+        fence=FENCE,
+    )
+    version = commit_files(location, request)
+    protocol = DeltaTable(location).protocol()
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (3, 7)
+    assert set(protocol.reader_features) == {"timestampNtz"}
+    assert set(protocol.writer_features) == {"appendOnly", "invariants", "timestampNtz"}
+    table = DeltaTable(location).to_pyarrow_table().sort_by("id")
+    assert table.column("at").to_pylist()[-1] == datetime(2024, 1, 1, 8)
+    # The upgraded table still takes plain commits, and Spark-less readers read it.
+    assert _commit_info(location, version)["clientVersion"] == "delta-barrier"
+    rows = pa.table({"id": [3], "_epoch": [2], "at": [None]}, schema=wider)
+    files = write_arrow(rows, location, file_prefix="next")
+    next_version = commit_files(
+        location, CommitRequest(files, schema=wider, mode="append", fence=FENCE)
+    )
+    assert _commit_info(location, next_version)["clientVersion"] == "delta-barrier"
+    assert 3 in DeltaTable(location).to_pyarrow_table().column("id").to_pylist()
+
+
+@pytest.mark.parametrize(
+    ("protocol", "field_type", "upgraded"),
+    [
+        ({"minReaderVersion": 1, "minWriterVersion": 2}, "long", None),
+        (
+            {"minReaderVersion": 1, "minWriterVersion": 2},
+            "timestamp_ntz",
+            (["timestampNtz"], ["appendOnly", "invariants", "timestampNtz"]),
+        ),
+        (
+            {"minReaderVersion": 1, "minWriterVersion": 4},
+            {"type": "array", "elementType": "timestamp_ntz", "containsNull": True},
+            (
+                ["timestampNtz"],
+                [
+                    "appendOnly",
+                    "changeDataFeed",
+                    "checkConstraints",
+                    "generatedColumns",
+                    "invariants",
+                    "timestampNtz",
+                ],
+            ),
+        ),
+        (
+            {
+                "minReaderVersion": 3,
+                "minWriterVersion": 7,
+                "readerFeatures": ["deletionVectors"],
+                "writerFeatures": ["deletionVectors"],
+            },
+            {"type": "struct", "fields": [{"name": "n", "type": "timestamp_ntz"}]},
+            (["deletionVectors", "timestampNtz"], ["deletionVectors", "timestampNtz"]),
+        ),
+        (
+            {
+                "minReaderVersion": 3,
+                "minWriterVersion": 7,
+                "readerFeatures": ["timestampNtz"],
+                "writerFeatures": ["timestampNtz"],
+            },
+            "timestamp_ntz",
+            None,
+        ),
+    ],
+    ids=["no-ntz", "legacy", "legacy-4-nested", "features", "has-it"],
+)
+def test_the_protocol_a_schema_needs(protocol, field_type, upgraded):
+    from etl.delta.actions import protocol_for_schema
+
+    schema = {"type": "struct", "fields": [{"name": "x", "type": field_type, "metadata": {}}]}
+    action = protocol_for_schema(protocol, json.dumps(schema))
+    if upgraded is None:
+        assert action is None
+        return
+    assert action == {
+        "protocol": {
+            "minReaderVersion": 3,
+            "minWriterVersion": 7,
+            "readerFeatures": upgraded[0],
+            "writerFeatures": upgraded[1],
+        }
+    }
