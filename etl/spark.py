@@ -25,6 +25,11 @@ _BASE_CONF = {
     "spark.sql.shuffle.partitions": "8",
     "spark.ui.showConsoleProgress": "false",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    # Every query's start describes its plan for the UI's SQL tab, even with the UI off; a
+    # continuous run starts a few queries a batch. Spark's default ("formatted") description
+    # was 12% of the driver JVM's samples in the ten-job chain (bench/PROFILE-issue28.md);
+    # the simple one is the physical plan's tree, and the tab's plan graph is unchanged.
+    "spark.sql.ui.explainMode": "simple",
 }
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 

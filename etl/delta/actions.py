@@ -251,14 +251,15 @@ def creation_actions(schema: pa.Schema, partition_by: Sequence[str]) -> list[dic
 def file_actions(
     location: str,
     version: int,
+    current: Mapping[str, Mapping[str, Any]],
     removes: Sequence[DataFile | ActiveFile | str],
     deletes: Sequence[DeletedRows],
     *,
     data_change: bool,
 ) -> list[dict]:
-    """remove (and re-add) actions on the files of ``version``; CommitConflictError when a
-    file is gone or its deletion vector is not the one the commit was planned on."""
-    current = active_adds(location, version)
+    """remove (and re-add) actions on the files of ``version``, whose active files' ``add``
+    actions are ``current``; CommitConflictError when a file is gone or its deletion vector
+    is not the one the commit was planned on."""
     paths = [path_of(remove) for remove in removes]
     missing = [path for path in [*paths, *(d.path for d in deletes)] if path not in current]
     # A file read with one deletion vector must not be removed or given a new DV on

@@ -50,6 +50,7 @@ from etl.delta.files import DataFile
 from etl.delta.layout import normalize_location
 from etl.delta.log import (
     ActiveFile,
+    app_transactions_of,
     check_supported,
     has_deletion_vectors,
     loaded_table,
@@ -187,6 +188,7 @@ def run_commit(
     fence_rule: FenceRule = "claimed",
     planned_at: int | None = None,
     planned_on: PlannedOn = "delta-rs",
+    latest: LogSnapshot | None = None,
 ) -> int | None:
     """Commit what ``plan`` gives on the latest version (or on ``planned_at`` only, read
     by delta-rs); returns the version that holds it.
@@ -199,14 +201,20 @@ def run_commit(
     :data:`MAX_COMMIT_ROUNDS`, CommitConflictError). An attempt whose outcome is unknown is
     looked up in the log (:func:`_landed`): landed, it is done; the version taken by another
     writer, a lost race; not written, DeltaIOError. From the second round on the log is
-    looked up first too: an attempt reported lost may have landed.
+    looked up first too: an attempt reported lost may have landed. ``latest``: the
+    latest version as the caller has just read it from the log (``planned_on="log"``),
+    what the first round plans on instead of reading it again.
     """
     if planned_on == "log" and planned_at is not None:
         raise ValueError("a commit planned at a given version is planned on delta-rs' table")
+    if latest is not None and planned_on != "log":
+        raise ValueError("only a commit planned on the log is given the latest version read")
     first_read: int | None = None
     writer: LogWriter[Any] = DELTA_RS
     for lost in range(MAX_COMMIT_ROUNDS):
-        with _planned_version(location, planned_at, operation, planned_on) as table:
+        with _planned_version(
+            location, planned_at, operation, planned_on, latest if lost == 0 else None
+        ) as table:
             if table is None:
                 attempt = plan(None)
                 if isinstance(attempt, Done):
@@ -222,10 +230,11 @@ def run_commit(
                     version := _landed(location, writer, first_read, fence, commit_id)
                 ) is not None:
                     return version
+                transactions = app_transactions_of(table, location)
                 if fence_rule == "claimed":
-                    fence.require_claimed(location, read)
+                    fence.require_claimed(location, transactions)
                 else:
-                    fence.check(location, read)
+                    fence.check(location, transactions)
                 attempt = plan(table)
                 if isinstance(attempt, Done):
                     return attempt.version
@@ -247,11 +256,16 @@ def run_commit(
 
 @contextlib.contextmanager
 def _planned_version(
-    location: str, planned_at: int | None, operation: str, planned_on: PlannedOn
+    location: str,
+    planned_at: int | None,
+    operation: str,
+    planned_on: PlannedOn,
+    latest: LogSnapshot | None,
 ) -> Iterator[DeltaTable | LogSnapshot | None]:
-    """The version a round plans on (None: no table yet), loaded as ``planned_on`` says."""
+    """The version a round plans on (None: no table yet), loaded as ``planned_on`` says
+    (``latest``: as just read from the log)."""
     if planned_on == "log":
-        yield log_snapshot(location)
+        yield latest or log_snapshot(location)
     elif planned_at is None and not table_exists(location):
         yield None
     else:
@@ -294,7 +308,7 @@ def _landed(
     with loaded_table(location, operation="commit") as table:
         if (
             table.version() > after
-            and fence.recorded(location, table.version()) == fence.generation
+            and fence.recorded(app_transactions_of(table, location)) == fence.generation
         ):
             return table.version()
     return None
@@ -333,7 +347,7 @@ def claim_table(location: str, *, fence: Fence) -> int | None:
     def plan(table: DeltaTable | None) -> Attempt[DeltaRsCommit] | Done:
         if table is None:
             return Done(None)
-        if fence.recorded(location, table.version()) == fence.generation:
+        if fence.recorded(app_transactions_of(table, location)) == fence.generation:
             return Done(table.version())
         entry = DeltaRsCommit(
             fence=fence,
@@ -400,6 +414,7 @@ def commit_files(location: str, request: CommitRequest) -> int:
         commit_id=commit_id,
         operation="commit",
         planned_on="log" if on_log else "delta-rs",
+        latest=snapshot if on_log else None,
     )
     assert version is not None  # a commit's plan is never Done
     return version
@@ -445,7 +460,13 @@ def _on_version(
     added, replaced = _schema_change(location, table_schema, request)
     if added or replaced or request.deletes or (request.removes and has_deletion_vectors(table)):
         return _json_entry(
-            location, version, table_protocol(table), table_metadata(table), request, custom
+            location,
+            version,
+            table_protocol(table),
+            table_metadata(table),
+            active_adds(location, version),
+            request,
+            custom,
         )
     file_changes: list[AddAction | RemoveAction] = [
         *(add_action(f, data_change=request.data_change) for f in request.files),
@@ -478,7 +499,13 @@ def _on_log(
         )
     _check_partitioning(location, request, snapshot.partition_columns)
     return _json_entry(
-        location, snapshot.version, snapshot.protocol, snapshot.metadata, request, custom
+        location,
+        snapshot.version,
+        snapshot.protocol,
+        snapshot.metadata,
+        snapshot.adds,
+        request,
+        custom,
     )
 
 
@@ -498,15 +525,17 @@ def _json_entry(
     version: int,
     protocol: Mapping[str, Any],
     metadata: Mapping[str, Any],
+    adds: Mapping[str, Mapping[str, Any]],
     request: CommitRequest,
     custom: Mapping[str, Any],
 ) -> Attempt[JsonCommit]:
     """``request`` on top of ``version`` (whose ``protocol`` and ``metaData`` actions are
-    ``protocol`` and ``metadata``) as JSON actions: the schema change (with the protocol
-    its columns need), the removes (every file for an overwrite) and new deletion vectors,
-    checked against the version (:func:`~etl.delta.actions.file_actions`), and the adds."""
+    ``protocol`` and ``metadata``, its active files' ``add`` actions ``adds``) as JSON
+    actions: the schema change (with the protocol its columns need), the removes (every
+    file for an overwrite) and new deletion vectors, checked against the version
+    (:func:`~etl.delta.actions.file_actions`), and the adds."""
     added, replaced = _schema_change(location, str(metadata["schemaString"]), request)
-    gone = list(active_adds(location, version)) if request.mode == "overwrite" else request.removes
+    gone = list(adds) if request.mode == "overwrite" else request.removes
     schema_change = [evolved_metadata(metadata, added)] * bool(added) + [
         metadata_action(metadata, json.loads(Schema.from_arrow(request.schema).to_json()))
     ] * replaced
@@ -521,7 +550,7 @@ def _json_entry(
         actions=(
             *schema_change,
             *file_actions(
-                location, version, gone, request.deletes, data_change=request.data_change
+                location, version, adds, gone, request.deletes, data_change=request.data_change
             ),
         ),
         files=tuple(request.files),

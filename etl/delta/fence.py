@@ -3,11 +3,11 @@ which every commit and RESTORE of the job checks (docs/design.md, "Failure and r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from deltalake.transaction import Transaction
 
-from etl.delta.logfile import app_transactions
 from etl.errors import FencedError, UnclaimedTableError
 
 FENCE_APP_PREFIX = "delta-barrier-fence/"
@@ -40,25 +40,28 @@ class Fence:
     def transaction(self) -> Transaction:
         return Transaction(self.app_id, self.generation)
 
-    def check(self, location: str, version: int) -> None:
-        """Raise FencedError if ``version`` of ``location`` records a newer generation."""
-        recorded = self.recorded(location, version)
+    def recorded(self, transactions: Mapping[str, int]) -> int | None:
+        """The generation a version whose app transactions are ``transactions`` records,
+        if any (:func:`etl.delta.log.app_transactions_of`)."""
+        return transactions.get(self.app_id)
+
+    def check(self, location: str, transactions: Mapping[str, int]) -> None:
+        """Raise FencedError if the version of ``location`` whose app transactions are
+        ``transactions`` records a newer generation."""
+        recorded = self.recorded(transactions)
         if recorded is not None and recorded > self.generation:
             raise FencedError(
                 table=location, job=self.job, generation=self.generation, fenced_at=recorded
             )
 
-    def recorded(self, location: str, version: int) -> int | None:
-        """The generation ``version`` of ``location`` records, if any."""
-        return app_transactions(location, version).get(self.app_id)
-
-    def require_claimed(self, location: str, version: int) -> None:
-        """Raise unless ``version`` of ``location`` records exactly this generation: a
-        newer one is FencedError; an older one, or none, UnclaimedTableError. A runner
-        commits only to a table it created or claimed, so a table that another runner of
-        the job created or wrote after this one planned is never written on top of."""
-        self.check(location, version)
-        recorded = self.recorded(location, version)
+    def require_claimed(self, location: str, transactions: Mapping[str, int]) -> None:
+        """Raise unless the version of ``location`` whose app transactions are
+        ``transactions`` records exactly this generation: a newer one is FencedError; an
+        older one, or none, UnclaimedTableError. A runner commits only to a table it created
+        or claimed, so a table that another runner of the job created or wrote after this
+        one planned is never written on top of."""
+        self.check(location, transactions)
+        recorded = self.recorded(transactions)
         if recorded != self.generation:
             raise UnclaimedTableError(
                 table=location, job=self.job, generation=self.generation, recorded=recorded

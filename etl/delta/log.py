@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -39,6 +40,7 @@ from etl.delta.logfile import (
     DELETION_VECTORS,
     LogSnapshot,
     active_adds,
+    app_transactions,
     deletion_vector,
     entry_stamp,
     entry_written,
@@ -290,6 +292,21 @@ def version_of(table: TableVersion) -> int:
     return table.version if isinstance(table, LogSnapshot) else table.version()
 
 
+def app_transactions_of(table: TableVersion, location: str) -> Mapping[str, int]:
+    """The version's app transactions: the latest version recorded per app id (a job's
+    fence among them)."""
+    if isinstance(table, LogSnapshot):
+        return table.txns
+    return app_transactions(location, table.version())
+
+
+def active_adds_of(table: TableVersion, location: str) -> Mapping[str, Mapping[str, Any]]:
+    """The ``add`` actions of the version's active files, by decoded path."""
+    if isinstance(table, LogSnapshot):
+        return table.adds
+    return active_adds(location, table.version())
+
+
 def schema_json(table: TableVersion) -> str:
     """The version's schema, as the Delta log's JSON."""
     return table.schema_json if isinstance(table, LogSnapshot) else table.schema().to_json()
@@ -503,19 +520,25 @@ def log_commits(location: str, *, after_version: int | None = None) -> list[LogC
     other writers made). ``restored_to`` is the version a RESTORE restored, or
     ``BEFORE_FIRST_VERSION`` for a rollback that emptied the table. No table yet: no commits.
     Read from the log entries' commitInfo (without loading the table in delta-rs, which
-    grows with its files); entries cleaned up meanwhile are not there to read.
+    grows with its files); entries cleaned up meanwhile are not there to read. After a
+    version, the entries that follow it are read one by one until one is absent (entries
+    are written one after another, put if absent), without listing the log, whose length
+    grows with the table's history.
     """
     location = normalize_location(location)
     fs, root = filesystem(location)
-    commits, _ = log_versions(fs, root)
+    if after_version is None:
+        versions: Iterable[int] = log_versions(fs, root)[0]
+    else:
+        versions = itertools.count(after_version + 1)
     found = []
-    for version in commits:
-        if after_version is not None and version <= after_version:
-            continue
+    for version in versions:
         try:
             actions = read_actions(fs, root, version)
-        except FileNotFoundError:  # cleaned up since the listing
-            continue
+        except FileNotFoundError:
+            if after_version is None:
+                continue  # cleaned up since the listing
+            break  # the latest version is the one before
         info: dict = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         found.append(_log_commit({**info, "version": version}))
     return found

@@ -171,6 +171,8 @@ class LogSnapshot:
     """The ``metaData`` action in force (schemaString, partitionColumns, configuration...)."""
     adds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
     """The ``add`` actions of the active files, by decoded path (never changed)."""
+    txns: Mapping[str, int] = field(default_factory=dict)
+    """The app transactions: the latest version recorded per app id (never changed)."""
 
     @property
     def schema_json(self) -> str:
@@ -197,10 +199,12 @@ def log_snapshot(location: str, version: int | None = None) -> LogSnapshot | Non
     replay kept at or before the version are read (DeltaIOError when the version's entries
     are gone)."""
     location = normalize_location(location)
+    checked = None
     if version is None:
         with _replays_lock:
             known = max(_replays.get(location, ()), key=lambda r: r.version, default=None)
-        if known is not None and entry_stamp(location, known.version) == known.stamp:
+        if known is not None and _still_valid(location, known):
+            checked = known
             version = known.version
             while entry_written(location, version + 1):
                 version += 1
@@ -210,14 +214,16 @@ def log_snapshot(location: str, version: int | None = None) -> LogSnapshot | Non
             if not versions:
                 return None
             version = max(versions)
-    replay = _replayed(location, version)
+    replay = _replayed(location, version, checked)
     if replay.protocol is None or replay.metadata is None:
         raise DeltaIOError(
             table=location,
             operation="read log",
             reason=f"version {version} has no protocol or metaData action in its log",
         )
-    return LogSnapshot(location, version, replay.protocol, replay.metadata, replay.adds)
+    return LogSnapshot(
+        location, version, replay.protocol, replay.metadata, replay.adds, replay.txns
+    )
 
 
 def entry_written(location: str, version: int) -> bool:
@@ -234,26 +240,37 @@ def entry_written(location: str, version: int) -> bool:
     return True
 
 
-def _replayed(location: str, version: int) -> _Replay:
+def _replayed(location: str, version: int, checked: _Replay | None = None) -> _Replay:
     """The replay of the log through ``version``.
 
     A version's actions never change, so the newest replays of each table are kept: a
     later version only replays the commits after the newest kept at or before it (a job
     reads its input at each new sealed version and commits once per epoch, and a reader
     may read a version just before the one the writer committed; without this every read
-    and commit replayed the log since the checkpoint)."""
-    with _replays_lock:
-        usable = [r for r in _replays.get(location, ()) if r.version <= version]
-    known = max(usable, key=lambda r: r.version, default=None)
+    and commit replayed the log since the checkpoint). ``checked``: a kept replay at or
+    before ``version`` whose entry the caller has just found unchanged."""
+    if checked is not None and checked.version <= version:
+        known: _Replay | None = checked
+    else:
+        with _replays_lock:
+            usable = [r for r in _replays.get(location, ()) if r.version <= version]
+        known = max(usable, key=lambda r: r.version, default=None)
+        if known is not None and not _still_valid(location, known):
+            known = None
     replay = None
-    if known is not None and entry_stamp(location, known.version) == known.stamp:
+    if known is not None:
         if known.version == version:
             return known
         try:
             replay = _replay(location, known.state(), known.version + 1, version)
         except FileNotFoundError:  # entries after the kept replay were cleaned up
             replay = None
-    state = replay or _full_replay(location, version)
+    return _keep(location, version, replay or _full_replay(location, version))
+
+
+def _keep(location: str, version: int, state: _ReplayState) -> _Replay:
+    """The replay of ``version`` whose state is ``state``, kept among the table's newest
+    (only while its entry exists: a version read from a checkpoint alone has no stamp)."""
     stamp = entry_stamp(location, version)
     replayed = _Replay(version, stamp, *state)
     if stamp is not None:
@@ -283,6 +300,17 @@ class _Replay:
 
     def state(self) -> _ReplayState:
         return dict(self.adds), dict(self.txns), self.protocol, self.metadata
+
+
+def _still_valid(location: str, kept: _Replay) -> bool:
+    """Whether ``kept``'s entry is still the one it replayed; when not (the table was
+    deleted and created again, or its old entries cleaned up), every replay kept of the
+    location is dropped, so that the next read does not check them again."""
+    if entry_stamp(location, kept.version) == kept.stamp:
+        return True
+    with _replays_lock:
+        _replays.pop(location, None)
+    return False
 
 
 def entry_stamp(location: str, version: int) -> tuple[int, int] | None:
@@ -336,20 +364,26 @@ def _full_replay(location: str, version: int) -> _ReplayState:
 
 def _replay(location: str, state: _ReplayState, first: int, last: int) -> _ReplayState:
     """``state`` (its dicts changed in place) after the JSON commits ``first`` to ``last``."""
-    adds, txns, protocol, metadata = state
     fs, root = filesystem(location)
     for v in range(first, last + 1):
-        for action in read_actions(fs, root, v):
-            if "add" in action:
-                adds[unquote(action["add"]["path"])] = action["add"]
-            elif "remove" in action:
-                adds.pop(unquote(action["remove"]["path"]), None)
-            elif "txn" in action:
-                txns[action["txn"]["appId"]] = int(action["txn"]["version"])
-            elif "protocol" in action:
-                protocol = action["protocol"]
-            elif "metaData" in action:
-                metadata = action["metaData"]
+        state = _applied(state, read_actions(fs, root, v))
+    return state
+
+
+def _applied(state: _ReplayState, actions: Sequence[Mapping[str, Any]]) -> _ReplayState:
+    """``state`` (its dicts changed in place) after one commit's ``actions``."""
+    adds, txns, protocol, metadata = state
+    for action in actions:
+        if "add" in action:
+            adds[unquote(action["add"]["path"])] = action["add"]
+        elif "remove" in action:
+            adds.pop(unquote(action["remove"]["path"]), None)
+        elif "txn" in action:
+            txns[action["txn"]["appId"]] = int(action["txn"]["version"])
+        elif "protocol" in action:
+            protocol = action["protocol"]
+        elif "metaData" in action:
+            metadata = action["metaData"]
     return adds, txns, protocol, metadata
 
 
@@ -419,9 +453,16 @@ def commit_actions(location: str, version: int, actions: Sequence[Mapping]) -> N
     FileExistsError when another writer created it first (the caller re-plans).
 
     Put if absent on every storage (:func:`etl.storage.put_if_absent`): a hard link
-    locally, a conditional PUT on an object store."""
-    data = "".join(json.dumps(action, separators=(",", ":")) + "\n" for action in actions)
-    put_if_absent(location, f"{LOG_DIR}/{version:020d}.json", data.encode())
+    locally, a conditional PUT on an object store. Once written, the replay kept of the
+    version before (the one the commit was planned on) is carried to ``version`` with
+    the entry as a reader would read it: the writer's next commit reads nothing of it."""
+    location = normalize_location(location)
+    entry = "".join(json.dumps(action, separators=(",", ":")) + "\n" for action in actions)
+    put_if_absent(location, f"{LOG_DIR}/{version:020d}.json", entry.encode())
+    with _replays_lock:
+        planned_on = next((r for r in _replays.get(location, ()) if r.version == version - 1), None)
+    if planned_on is not None:
+        _keep(location, version, _applied(planned_on.state(), _actions(entry.encode())))
 
 
 __all__ = [

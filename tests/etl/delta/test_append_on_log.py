@@ -13,12 +13,13 @@ import contextlib
 import json
 import shutil
 from datetime import datetime
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from etl.delta import CommitRequest, Fence, claim_table, commit_files, read_arrow
+from etl.delta import CommitRequest, Fence, claim_table, commit_files, logfile, read_arrow
 from etl.delta import commit as commit_module
 from etl.delta.actions import column_types
 from etl.delta.files import write_arrow
@@ -287,6 +288,57 @@ def test_a_table_deleted_and_created_again_is_planned_on_afresh(tmp_path):
     with pytest.raises(UnclaimedTableError):
         _append(location, [8])
     assert _ids(location) == [7]
+
+
+@contextlib.contextmanager
+def log_lookups(monkeypatch):
+    """Inside: how often the log's entries are looked up (a stat each on disk, a HEAD each
+    on an object store) or read (a GET each), and how often the log is listed."""
+    looked_up = {"entry": 0, "read": 0, "listing": 0}
+
+    def counted(name, kind):
+        original = getattr(logfile, name)
+
+        def count(*args, **kwargs):
+            looked_up[kind] += 1
+            return original(*args, **kwargs)
+
+        return count
+
+    with monkeypatch.context() as counting:
+        counting.setattr(logfile, "entry_stamp", counted("entry_stamp", "entry"))
+        counting.setattr(logfile, "entry_written", counted("entry_written", "entry"))
+        counting.setattr(logfile, "read_actions", counted("read_actions", "read"))
+        counting.setattr(logfile, "log_versions", counted("log_versions", "listing"))
+        yield looked_up
+
+
+def test_appends_one_after_another_read_no_entry_and_look_up_three(tmp_path, monkeypatch):
+    location = str(tmp_path / "t")
+    for i in range(3):
+        _append(location, [i])
+    for i in range(3, 5):
+        with log_lookups(monkeypatch) as looked_up:
+            assert _append(location, [i]) == i
+        # Planned once on the replay kept of the entry written last (unchanged; the next
+        # is absent), fenced on it, and that replay carried to the entry written now.
+        assert looked_up == {"entry": 3, "read": 0, "listing": 0}
+    assert _ids(location) == [0, 1, 2, 3, 4]
+
+
+def test_a_table_deleted_and_created_again_drops_the_old_tables_replays(tmp_path, monkeypatch):
+    location = str(tmp_path / "t")
+    for i in range(3):
+        _append(location, [i])
+    shutil.rmtree(location)
+    write_deltalake(location, _rows([7]))
+    assert log_snapshot(location).version == 0  # the old table's replays no longer match
+    with log_lookups(monkeypatch) as looked_up:
+        assert log_snapshot(location).version == 0
+    assert looked_up == {"entry": 2, "read": 0, "listing": 0}  # its kept replay, the next entry
+    assert [unquote(p) for p in log_snapshot(location).adds] == [
+        a["add"]["path"] for a in read_actions(*filesystem(location), 0) if "add" in a
+    ]
 
 
 def test_an_overwrite_and_a_copy_on_write_remove_are_written_on_the_log(tmp_path, monkeypatch):

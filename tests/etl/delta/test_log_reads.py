@@ -146,3 +146,24 @@ def test_a_spark_read_of_epochs_does_not_load_the_table_in_delta_rs(tmp_path, sp
         rows = read_epochs(spark, location, version=8, first_epoch=4, last_epoch=5).collect()
         whole = read_table(spark, location, version=3).count()
     assert sorted(r.id for r in rows) == [40, 41, 42, 50, 51, 52] and whole == 12
+
+
+def test_the_commits_after_a_version_are_read_without_listing_the_log(tmp_path, monkeypatch):
+    from etl.delta import log as log_module
+    from etl.delta.log import log_commits
+
+    location = str(tmp_path / "t")
+    for epoch in range(12):  # through a checkpoint at version 10
+        files = write_arrow(_typed_rows(epoch), location, file_prefix=f"e{epoch}")
+        commit_files(location, CommitRequest(files, schema=TYPED, mode="append", fence=FENCE))
+    listed = log_commits(location)
+    assert [c.version for c in listed] == list(range(12))
+
+    def refuse(*_args):
+        raise AssertionError("the log was listed")
+
+    monkeypatch.setattr(log_module, "log_versions", refuse)
+    for after in (-1, 0, 9, 10):
+        assert log_commits(location, after_version=after) == listed[after + 1 :]
+    assert log_commits(location, after_version=11) == []
+    assert log_commits(str(tmp_path / "nothing"), after_version=3) == []
