@@ -300,13 +300,6 @@ def app_transactions_of(table: TableVersion, location: str) -> Mapping[str, int]
     return app_transactions(location, table.version())
 
 
-def active_adds_of(table: TableVersion, location: str) -> Mapping[str, Mapping[str, Any]]:
-    """The ``add`` actions of the version's active files, by decoded path."""
-    if isinstance(table, LogSnapshot):
-        return table.adds
-    return active_adds(location, table.version())
-
-
 def schema_json(table: TableVersion) -> str:
     """The version's schema, as the Delta log's JSON."""
     return table.schema_json if isinstance(table, LogSnapshot) else table.schema().to_json()
@@ -580,6 +573,7 @@ __all__ = [
     "SUPPORTED_READER_FEATURES",
     "ActiveFile",
     "active_files",
+    "app_transactions_of",
     "check_supported",
     "has_deletion_vectors",
     "loaded_table",
