@@ -1,11 +1,11 @@
 """Reading Delta tables: Spark DataFrames, and Arrow/pandas without Spark.
 
 The Delta log says which files make up a version, with their partition values, statistics
-and deletion vectors: for Spark reads, our own replay of it (:func:`etl.delta.logfile.log_snapshot`,
-whose cost does not grow with the table's files); for Arrow reads, delta-rs (which reads the
-rows too). Spark reads the Parquet files themselves and drops the rows deletion vectors delete. Tables are refused, never
-misread, when they use a feature we cannot honour (column mapping, unknown reader
-features).
+and deletion vectors: for Spark reads, our own replay of it
+(:func:`etl.delta.logfile.log_snapshot`, whose cost does not grow with the table's files);
+for Arrow reads, delta-rs (which reads the rows too). Spark reads the Parquet files
+themselves and drops the rows deletion vectors delete. Tables are refused, never misread,
+when they use a feature we cannot honour (column mapping, unknown reader features).
 """
 
 from __future__ import annotations
