@@ -23,7 +23,6 @@ Run: ``python -m bench throughput``.
 
 from __future__ import annotations
 
-import multiprocessing
 import tempfile
 import time
 from contextlib import ExitStack
@@ -43,6 +42,8 @@ from bench.freshness_bench import (
     KAFKA_TOPIC,
     SOURCE_SCHEMA,
     ContinuousRun,
+    Feeder,
+    FeedTarget,
     Probe,
     build_pipeline,
     lag_is_bounded,
@@ -50,38 +51,6 @@ from bench.freshness_bench import (
 )
 
 TICKS_PER_SECOND = 10
-
-
-def _feed(bootstrap: str, partitions: int, rate, produced, stop) -> None:
-    """The feeder process: ``rate.value`` rows/s in ticks of a tenth of a second, round
-    robin over the partitions; ``produced.value`` counts the rows sent and flushed."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=256 * 1024)
-    seq = 0
-    next_at = time.monotonic()
-    try:
-        while not stop.is_set():
-            rows = max(1, round(rate.value / TICKS_PER_SECOND))
-            for i in range(rows):
-                customer = (seq * 7919) % 1000
-                record = (
-                    f'{{"id": {seq}, "customer": {customer}, "category": "c{customer % 16}", '
-                    f'"amount": {(seq % 10_500) / 100 - 5:.2f}}}'
-                )
-                producer.send(KAFKA_TOPIC, record.encode(), partition=i % partitions)
-                seq += 1
-            producer.flush()
-            with produced.get_lock():
-                produced.value += rows
-            next_at += 1.0 / TICKS_PER_SECOND
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                stop.wait(delay)
-            else:
-                next_at = time.monotonic()  # behind: the reached rate says so
-    finally:
-        producer.close()
 
 
 @dataclass(frozen=True)
@@ -117,10 +86,10 @@ class Step:
         )
 
 
-def _measure(catalog, probe: Probe, produced, rate: int, seconds: float) -> Step:
-    started_rows, started = produced.value, time.time()
+def _measure(catalog, probe: Probe, feeder: Feeder, rate: int, seconds: float) -> Step:
+    started_rows, started = feeder.rows, time.time()
     time.sleep(seconds)
-    ended_rows, ended = produced.value, time.time()
+    ended_rows, ended = feeder.rows, time.time()
     # The probe needs a moment to see the window's last epochs: measure them after it.
     time.sleep(min(10.0, seconds / 2))
     values = visible_after_barrier(catalog, probe, (started, ended))
@@ -151,10 +120,6 @@ def main() -> None:
         f"rows/s, warm-up {warmup:g} s at the first, each step {settle:g} s settling + "
         f"{seconds:g} s measured, target p95 <= {target:g} s; {load_average()}"
     )
-    context = multiprocessing.get_context("spawn")
-    rate = context.Value("d", float(rates[0]))
-    produced = context.Value("q", 0)
-    stop = context.Event()
     steps: list[Step] = []
     with tempfile.TemporaryDirectory(prefix="throughput-") as tmp, ExitStack() as stack:
         broker = stack.enter_context(TansuBroker())
@@ -171,11 +136,10 @@ def main() -> None:
         stack.callback(catalog.close)
         runner = Runner(pipeline, catalog=catalog, warehouse=str(warehouse), spark=spark)
         runner.register()
-        feeder = context.Process(
-            target=_feed,
-            args=(broker.bootstrap_servers, partitions, rate, produced, stop),
-            name="feeder",
-            daemon=True,
+        feeder = Feeder(
+            FeedTarget("kafka", bootstrap=broker.bootstrap_servers, partitions=partitions),
+            rows_per_second=rates[0],
+            ticks_per_second=TICKS_PER_SECOND,
         )
         probe = Probe(warehouse, names, interval=0.1)
         driver = ContinuousRun(runner, interval=1.0)
@@ -186,17 +150,17 @@ def main() -> None:
             time.sleep(warmup)
             try:
                 for index, value in enumerate(rates):
-                    rate.value = float(value)
+                    feeder.rate.value = float(value)
                     if index:
                         time.sleep(settle)
-                    step = _measure(catalog, probe, produced, value, seconds)
+                    step = _measure(catalog, probe, feeder, value, seconds)
                     steps.append(step)
                     print(step.line(target), flush=True)
                     if not step.fresh(target):
                         break
             finally:
-                stop.set()
-                feeder.join(timeout=30)
+                feeder.stop_event.set()
+                feeder.join()
                 try:
                     driver.finish()  # raises when the run failed
                 finally:
