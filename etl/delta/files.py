@@ -43,6 +43,7 @@ from etl.storage import spark_io
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 # Delta-Spark's default prefix length for string statistics (dataSkippingStringPrefixLength).
 _STRING_STATS_PREFIX = 32
@@ -257,7 +258,7 @@ def write_files(
     """
     location = normalize_location(location)
     partition_by = tuple(partition_by)
-    check_write_options(df, location, partition_by=partition_by, file_prefix=file_prefix)
+    check_write_options(df.schema, location, partition_by=partition_by, file_prefix=file_prefix)
     if collect_rows > 0:
         rows = collect_small(df, collect_rows, collect_bytes)
         if rows is not None:
@@ -521,18 +522,18 @@ def remove_staging(location: str) -> int:
 
 
 def check_write_options(
-    df: DataFrame, location: str, *, partition_by: Sequence[str], file_prefix: str
+    columns: StructType, location: str, *, partition_by: Sequence[str], file_prefix: str
 ) -> None:
-    """Raise InvalidWriteOptionError when ``df`` cannot be written as asked: a file prefix
-    that is not a safe file name, partition columns missing or of a type Delta cannot
-    partition by, or no column left to store in files."""
+    """Raise InvalidWriteOptionError when rows of ``columns`` cannot be written as asked: a
+    file prefix that is not a safe file name, partition columns missing or of a type Delta
+    cannot partition by, or no column left to store in files."""
     if not _FILE_PREFIX.match(file_prefix):
         raise InvalidWriteOptionError(
             table=location,
             option="file_prefix",
             reason=f"{file_prefix!r} must be letters, digits, '_', '.' or '-'",
         )
-    types = {f.name: f.dataType.typeName() for f in df.schema.fields}
+    types = {f.name: f.dataType.typeName() for f in columns.fields}
     for column in partition_by:
         if column not in types:
             raise InvalidWriteOptionError(

@@ -22,12 +22,13 @@ import logging
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from catalog import Catalog, CommitManifest, Epoch, EpochState, Lease, SealRequest
 from consistency import EpochBatch
@@ -49,9 +50,10 @@ from etl.engine.commit import (
     EpochWriter,
     LeaseCheck,
     PreparedWrite,
+    columns_schema,
     current_version,
-    frame_schema,
     next_attempt,
+    with_epoch_column,
 )
 from etl.engine.timing import StageClock
 from etl.errors import (
@@ -63,7 +65,7 @@ from etl.errors import (
 )
 from etl.faults import maybe_crash
 from etl.pipeline import EpochContext, Job, Pipeline
-from etl.sources.base import DirectWrite, SealedTable, SliceRequest, TableTarget, WrittenSlice
+from etl.sources.base import DirectSlice, DirectWrite, SealedTable, SliceRequest, TableTarget
 from etl.spark import SMALL_BATCH_BYTES, BatchSessions, configure_small_batch
 
 log = logging.getLogger(__name__)
@@ -88,34 +90,33 @@ def _size_session(session: SparkSession, inputs: Mapping[str, TableRead]) -> Non
 
 
 def _write_directly(
-    writer: EpochWriter,
-    written: BatchWrite,
-    write: Callable[[DirectWrite], WrittenSlice],
-    rows: DataFrame,
-    rejects: DataFrame | None,
-    *,
-    part: int,
-    final: bool,
+    writer: EpochWriter, written: BatchWrite, direct: DirectSlice, *, part: int, final: bool
 ) -> BatchWrite:
     """Micro-batch ``part`` of a job that copies its source's slice as it is: the source's
-    tasks write the files of ``rows`` and ``rejects`` (the frames the engine would write)
-    into the tables (:attr:`etl.sources.base.SliceData.write`), then the rejects' files
-    and the rows' are committed as :meth:`EpochWriter.write` commits them."""
+    tasks write the files of its rows and rejects, with ``_epoch``, into the tables
+    (:attr:`etl.sources.base.DirectSlice.write`), then the rejects' files and the rows' are
+    committed as :meth:`EpochWriter.write` commits them."""
     job = writer.job
     location = writer.location(job.output)
     prefix = writer.file_prefix(part)
     partition_by = writer.partition_by(job.output)
+    rows = with_epoch_column(direct.rows)
     check_write_options(rows, location, partition_by=partition_by, file_prefix=prefix)
+    rejects = (
+        TableTarget(
+            writer.location(job.rejects_table), columns_schema(_epoch_tagged(direct.rejects))
+        )
+        if direct.rejects is not None and job.rejects_table
+        else None
+    )
     writer.check_lease()
     with writer.clock.stage("write"):
-        slice_files = write(
+        slice_files = direct.write(
             DirectWrite(
                 epoch=writer.batch.last,
                 file_prefix=prefix,
-                rows=TableTarget(location, frame_schema(rows), partition_by),
-                rejects=TableTarget(writer.location(job.rejects_table), frame_schema(rejects))
-                if rejects is not None and job.rejects_table
-                else None,
+                rows=TableTarget(location, columns_schema(rows), partition_by),
+                rejects=rejects,
             )
         )
     for table, files in ((job.rejects_table, slice_files.rejects), (job.output, slice_files.rows)):
@@ -128,6 +129,12 @@ def _write_directly(
                 final=final,
             )
     return written
+
+
+def _epoch_tagged(rejects: StructType) -> StructType:
+    """A source's rejects as the engine writes them: with ``_epoch``, unless the source
+    tags them itself."""
+    return rejects if EPOCH_COLUMN in rejects.fieldNames() else with_epoch_column(rejects)
 
 
 class BatchOutcome(StrEnum):
@@ -313,30 +320,29 @@ class EpochEngine:
                 size = job.source.slice_bytes(bounds)
                 if size is not None and size <= SMALL_BATCH_BYTES:
                     configure_small_batch(session)
+            copies = job.transform is None and job.mode == "append" and not writer.resumed
             for index, part in enumerate(parts):
                 final = index == len(parts) - 1
-                with clock.stage("read"):
-                    data = job.source.read(session, part, epoch=batch.last)
-                with clock.stage("transform"):
-                    rows, _ = self.transform(
-                        job, session, batch, epoch.barrier_ts, {job.source.name: data.rows}
-                    )
-                rejects = None
-                if job.rejects_table and data.rejects is not None:
-                    rejects = data.rejects
-                    if EPOCH_COLUMN not in rejects.columns:  # every row a job writes has one
-                        rejects = rejects.withColumn(EPOCH_COLUMN, F.lit(batch.last).cast("long"))
-                if (
-                    data.write is not None
-                    and job.transform is None
-                    and job.mode == "append"
-                    and not writer.resumed
-                ):
-                    written = _write_directly(
-                        writer, written, data.write, rows, rejects, part=index, final=final
-                    )
+                direct = None
+                if copies:
+                    with clock.stage("read"):
+                        direct = job.source.read_direct(session, part, epoch=batch.last)
+                if direct is not None:
+                    self._check_columns(job, batch, direct.rows.fieldNames())
+                    written = _write_directly(writer, written, direct, part=index, final=final)
                 else:
-                    if rejects is not None and job.rejects_table:
+                    with clock.stage("read"):
+                        data = job.source.read(session, part, epoch=batch.last)
+                    with clock.stage("transform"):
+                        rows, _ = self.transform(
+                            job, session, batch, epoch.barrier_ts, {job.source.name: data.rows}
+                        )
+                    if job.rejects_table and data.rejects is not None:
+                        rejects = data.rejects
+                        if EPOCH_COLUMN not in rejects.columns:  # every row a job writes has one
+                            rejects = rejects.withColumn(
+                                EPOCH_COLUMN, F.lit(batch.last).cast("long")
+                            )
                         written = writer.write(
                             written,
                             table=job.rejects_table,
@@ -677,11 +683,10 @@ class EpochEngine:
             except Exception as exc:
                 raise TransformError(job=job.name, epoch=batch.last, cause=exc) from exc
             per_epoch = bool(ctx.per_epoch_reads)
-        self._check_columns(job, batch, result)
+        self._check_columns(job, batch, result.columns)
         return result.withColumn(EPOCH_COLUMN, F.lit(batch.last).cast("long")), per_epoch
 
-    def _check_columns(self, job: Job, batch: EpochBatch, result: DataFrame) -> None:
-        columns = result.columns
+    def _check_columns(self, job: Job, batch: EpochBatch, columns: Sequence[str]) -> None:
         if EPOCH_COLUMN in columns and job.transform is not None:
             raise OutputSchemaError(
                 job=job.name,

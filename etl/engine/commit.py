@@ -25,6 +25,7 @@ from consistency import (
     EpochBatch,
 )
 from etl.delta import (
+    EPOCH_COLUMN,
     CommitRequest,
     DataFile,
     DeletedRows,
@@ -45,6 +46,7 @@ from etl.faults import maybe_crash
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from catalog import Catalog, CommitManifest, Lease, SealRequest, ValidationRecord, WriteMode
     from etl.pipeline import Job
@@ -86,9 +88,26 @@ def next_attempt(catalog: Catalog, tables: Mapping[str, str], batch: EpochBatch)
 
 def frame_schema(frame: DataFrame) -> pa.Schema:
     """The Arrow schema a write of ``frame`` commits (timestamps in UTC)."""
+    return columns_schema(frame.schema)
+
+
+def columns_schema(columns: StructType) -> pa.Schema:
+    """The Arrow schema a write of rows of ``columns`` commits (timestamps in UTC)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(frame.schema, timezone="UTC")
+    return to_arrow_schema(columns, timezone="UTC")
+
+
+def with_epoch_column(columns: StructType) -> StructType:
+    """``columns`` as ``withColumn(EPOCH_COLUMN, lit(epoch).cast("long"))`` leaves them: an
+    ``_epoch`` column already there is replaced in place, else one is added last."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    epoch = StructField(EPOCH_COLUMN, LongType(), nullable=False)
+    names = [f.name for f in columns.fields]
+    if EPOCH_COLUMN in names:
+        return StructType([epoch if f.name == EPOCH_COLUMN else f for f in columns.fields])
+    return StructType([*columns.fields, epoch])
 
 
 @dataclass(frozen=True)
@@ -225,7 +244,7 @@ class EpochWriter:
         self, written: BatchWrite, *, table: str, prepared: PreparedWrite, part: int, final: bool
     ) -> BatchWrite:
         """Commit micro-batch ``part`` of ``table`` from files written elsewhere (a source's
-        direct write, :attr:`etl.sources.base.SliceData.write`), as :meth:`write` commits
+        direct write, :attr:`etl.sources.base.DirectSlice.write`), as :meth:`write` commits
         an ``append``; not for a resumed batch (:meth:`write` finds its earlier commits)."""
         if self.resumed:
             raise InternalError(f"table {table!r}: a resumed batch commits through write()")
@@ -484,8 +503,10 @@ __all__ = [
     "EpochWriter",
     "LeaseCheck",
     "PreparedWrite",
+    "columns_schema",
     "commit_metadata",
     "current_version",
     "frame_schema",
     "next_attempt",
+    "with_epoch_column",
 ]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from etl.delta.files import DataFile
 
@@ -53,13 +54,13 @@ class SliceRequest:
 
 @dataclass(frozen=True)
 class TableTarget:
-    """A table the tasks of a direct write (:attr:`SliceData.write`) write files into."""
+    """A table the tasks of a direct write (:attr:`DirectSlice.write`) write files into."""
 
     location: str
     schema: pa.Schema
     """The rows' Arrow schema, ``_epoch`` included: what the files hold and the commit
-    records (the engine derives it from the slice's frames, as it does for a DataFrame
-    write, so that a table written both ways has one schema)."""
+    records (the engine derives it from the slice's columns as it does from a frame it
+    writes, so that a table written both ways has one schema)."""
     partition_by: tuple[str, ...] = ()
 
 
@@ -106,17 +107,24 @@ class SliceData:
     rejects: DataFrame | None = None
     """Written to the job's rejects table; the engine adds ``_epoch`` (the batch's epoch)
     when the source does not tag them itself."""
-    write: Callable[[DirectWrite], WrittenSlice] | None = field(
-        default=None, compare=False, repr=False
-    )
-    """Set by a source whose Spark tasks can write the slice themselves: the rows (exactly
-    ``rows`` plus ``_epoch``) and the rejects (exactly ``rejects``, with ``_epoch``) as
-    Parquet files straight into the tables, laid out, named and described as
-    :func:`etl.delta.files.write_arrow` does, in one Spark job that hands the driver only
-    the files' descriptors. The engine calls it instead of writing the frames when the job
-    copies the slice as it is (no transform, append mode) and does not resume a crashed
-    batch. A failed task attempt's files are never committed (orphans, removed by
-    ``etl maintain``)."""
+
+
+@dataclass(frozen=True)
+class DirectSlice:
+    """A slice that the source's Spark tasks write themselves (:meth:`Source.read_direct`):
+    the columns of the frames :meth:`Source.read` returns for the same bounds, and the
+    write."""
+
+    rows: StructType
+    """The columns of :attr:`SliceData.rows`."""
+    rejects: StructType | None
+    """The columns of :attr:`SliceData.rejects` (None: the source has no rejects)."""
+    write: Callable[[DirectWrite], WrittenSlice] = field(compare=False, repr=False)
+    """Writes the rows (exactly ``read``'s rows plus ``_epoch``) and the rejects (exactly
+    ``read``'s rejects, with ``_epoch``) as Parquet files straight into the tables, laid
+    out, named and described as :func:`etl.delta.files.write_arrow` does, in one Spark job
+    that hands the driver only the files' descriptors. A failed task attempt's files are
+    never committed (orphans, removed by ``etl maintain``)."""
 
 
 class Source(ABC):
@@ -136,6 +144,17 @@ class Source(ABC):
     @abstractmethod
     def read(self, spark: SparkSession, bounds: Mapping[str, object], *, epoch: int) -> SliceData:
         """Read exactly the records inside ``bounds``, spread over Spark tasks."""
+
+    def read_direct(
+        self, spark: SparkSession, bounds: Mapping[str, object], *, epoch: int
+    ) -> DirectSlice | None:
+        """The slice inside ``bounds`` as the source's own Spark tasks write it, or None
+        when they cannot (the default): the engine then writes the frames of ``read``.
+
+        The engine asks for it instead of ``read`` when the job copies the slice as it is
+        (no transform, append mode) and does not resume a crashed batch. It builds no
+        frame, so it costs no query planning: only the write's own Spark job."""
+        return None
 
     def check_replayable(self, bounds: Mapping[str, object], *, epoch: int) -> None:
         """Raise SourceError, saying what is missing, when the slice recorded for ``epoch``
@@ -168,6 +187,7 @@ class Source(ABC):
 
 
 __all__ = [
+    "DirectSlice",
     "DirectWrite",
     "SealedTable",
     "SliceData",

@@ -8,43 +8,17 @@ changes nothing, another collect) raises a count above its bound."""
 from __future__ import annotations
 
 import json
-import threading
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from py4j.java_gateway import GatewayClient
 
 from catalog import load_catalog
 from etl import Pipeline, Runner
 from tests.support.chains import three_jobs
+from tests.support.spark_work import PLANNING_CALLS, SparkCounters, py4j_calls
 
 pytestmark = [pytest.mark.spark]
-
-PLANNING_CALLS = frozenset(
-    {
-        # a DataFrame derived from another, or read: one analysis each
-        "parquet",
-        "load",
-        "select",
-        "selectExpr",
-        "filter",
-        "withColumn",
-        "drop",
-        "join",
-        "unionAll",
-        "limit",
-        "sql",
-        "createOrReplaceTempView",
-        # the optimizer run behind a size estimate
-        "optimizedPlan",
-    }
-)
-"""Py4J calls on a DataFrame (or the session) that have Spark plan: the names of the JVM
-methods PySpark calls."""
 
 
 @dataclass(frozen=True)
@@ -73,49 +47,6 @@ def _chain(incoming: Path) -> Pipeline:
     return pipeline
 
 
-class _SparkCounters:
-    """Spark jobs and SQL executions started in the driver, as its status store (fed by
-    the listener bus, drained before each look) numbers them."""
-
-    def __init__(self, spark) -> None:
-        self._context = spark.sparkContext._jsc.sc()
-        self._tracker = spark.sparkContext.statusTracker()
-        self._executions = spark._jsparkSession.sharedState().statusStore()
-
-    def latest(self) -> tuple[int, int]:
-        self._context.listenerBus().waitUntilEmpty()
-        jobs = self._tracker.getJobIdsForGroup(None)
-        retained = self._executions.executionsCount()
-        # Executions are listed by id: the newest is the last one retained.
-        newest = (
-            self._executions.executionsList(retained - 1, 1).head().executionId()
-            if retained
-            else -1
-        )
-        return max(jobs, default=-1), newest
-
-
-@contextmanager
-def _py4j_calls() -> Iterator[Counter[str]]:
-    """The names of the JVM methods Python calls meanwhile (from any thread)."""
-    seen: Counter[str] = Counter()
-    lock = threading.Lock()
-    send = GatewayClient.send_command
-
-    def counting(self, command, *args, **kwargs):
-        lines = command.split("\n")
-        if lines[0] == "c" and len(lines) > 2:  # a method call: c, target, method, ...
-            with lock:
-                seen[lines[2]] += 1
-        return send(self, command, *args, **kwargs)
-
-    GatewayClient.send_command = counting
-    try:
-        yield seen
-    finally:
-        GatewayClient.send_command = send
-
-
 def _work_per_batch(tmp_path: Path, spark, epochs: int) -> dict[str, list[SparkWork]]:
     incoming = tmp_path / "in"
     incoming.mkdir()
@@ -127,13 +58,13 @@ def _work_per_batch(tmp_path: Path, spark, epochs: int) -> dict[str, list[SparkW
         pipeline, catalog=catalog, warehouse=str(warehouse), spark=spark, max_parallel_jobs=1
     )
     runner.register()
-    counters = _SparkCounters(spark)
+    counters = SparkCounters(spark)
     work: dict[str, list[SparkWork]] = {}
     run_batch = runner.engine.run_batch
 
     def counted_batch(job, batch, lease, **kwargs):
         jobs, executions = counters.latest()
-        with _py4j_calls() as calls:
+        with py4j_calls() as calls:
             result = run_batch(job, batch, lease, **kwargs)
         planning = sum(n for name, n in calls.items() if name in PLANNING_CALLS)
         after_jobs, after_executions = counters.latest()

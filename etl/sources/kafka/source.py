@@ -16,6 +16,7 @@ from catalog import as_utc, validate_name
 from etl.delta.log import EPOCH_COLUMN
 from etl.errors import SourceError
 from etl.sources.base import (
+    DirectSlice,
     DirectWrite,
     SliceData,
     SliceRequest,
@@ -45,7 +46,7 @@ from etl.sources.kafka.task import (
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, TopicPartition
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 LatePolicy = Literal["next_epoch", "reject"]
@@ -162,6 +163,7 @@ class KafkaSource(Source):
             value_format != "bytes" or key_format == "string" or barrier == "event_time"
         )
         self._struct: StructType | None = None
+        self._columns: tuple[StructType, StructType | None] | None = None
         if not isinstance(schema, str) or _spark_is_active():
             self._payload_schema()  # validate now; a DDL string needs a running Spark
 
@@ -503,54 +505,79 @@ class KafkaSource(Source):
     # -- reading -----------------------------------------------------------------------
 
     def read(self, spark: SparkSession, bounds: Mapping[str, object], *, epoch: int) -> SliceData:
-        from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        parsed = Bounds.parse(self.name, bounds)
-        pieces = [
-            Range(r.topic, r.partition, low, min(low + self.max_records_per_task, r.end))
-            for r in parsed.ranges
-            for low in range(r.start, r.end, self.max_records_per_task)
-        ]
         self.check_replayable(bounds, epoch=epoch)
+        plan = self._task_plan(spark, Bounds.parse(self.name, bounds))
         union = self._union_schema()
-        row_columns = [f.name for f in self._row_fields()]
-        plan = None
-        if pieces:
-            plan = TaskPlan(
-                source=self.name,
-                consumer=self._consumer_config(),
-                pieces=tuple(pieces),
-                value_format=self.value_format,
-                key_format=self.key_format,
-                payload=self._payload_schema(),
-                event_time_column=self.event_time_column,
-                late_before_us=micros(parsed.late_before) if parsed.late_before else None,
-                reject_late=self.late_records == "reject",
-                arrow_schema=to_arrow_schema(
-                    union, timezone=spark.conf.get("spark.sql.session.timeZone")
-                ),
-                timeout_s=self.timeout.total_seconds(),
-            )
-            tagged = (
-                spark.range(0, len(pieces), 1, numPartitions=len(pieces))
-                .mapInArrow(plan.run, union)
-                .localCheckpoint(eager=False)
-            )
-        else:
-            tagged = spark.createDataFrame([], union)
+        if plan is None:
+            return self._split(spark.createDataFrame([], union), epoch=epoch)
+        return self._split(
+            spark.range(0, len(plan.pieces), 1, numPartitions=len(plan.pieces))
+            .mapInArrow(plan.run, union)
+            .localCheckpoint(eager=False),
+            epoch=epoch,
+        )
 
-        def write(target: DirectWrite) -> WrittenSlice:
-            return _write_directly(spark, plan, tuple(row_columns), target)
+    def _split(self, tagged: DataFrame, *, epoch: int) -> SliceData:
+        """The rows and the rejects of the tasks' tagged records."""
+        from pyspark.sql import functions as F
 
-        rows = tagged.where(F.col(KIND_TAG).isNull()).select(*row_columns)
+        rows = tagged.where(F.col(KIND_TAG).isNull()).select(*(f.name for f in self._row_fields()))
         if not self.produces_rejects:
-            return SliceData(rows=rows, write=write)
+            return SliceData(rows=rows)
         rejects = tagged.where(F.col(KIND_TAG).isNotNull()).select(
             *(F.col(column).alias(name) for name, column in REJECT_COLUMNS.items()),
             F.lit(epoch).cast("long").alias(EPOCH_COLUMN),
         )
-        return SliceData(rows=rows, rejects=rejects, write=write)
+        return SliceData(rows=rows, rejects=rejects)
+
+    def read_direct(
+        self, spark: SparkSession, bounds: Mapping[str, object], *, epoch: int
+    ) -> DirectSlice:
+        self.check_replayable(bounds, epoch=epoch)
+        plan = self._task_plan(spark, Bounds.parse(self.name, bounds))
+        if self._columns is None:
+            # The columns of read's frames, as Spark analyses them (a filter makes the
+            # columns it requires non-null), once: they depend on the source's settings only.
+            empty = self._split(spark.createDataFrame([], self._union_schema()), epoch=epoch)
+            self._columns = (
+                empty.rows.schema,
+                empty.rejects.schema if empty.rejects is not None else None,
+            )
+        rows, rejects = self._columns
+        row_columns = tuple(rows.fieldNames())
+
+        def write(target: DirectWrite) -> WrittenSlice:
+            return _write_directly(spark, plan, row_columns, target)
+
+        return DirectSlice(rows=rows, rejects=rejects, write=write)
+
+    def _task_plan(self, spark: SparkSession, bounds: Bounds) -> TaskPlan | None:
+        """What the slice's Spark tasks read, one task per piece of at most
+        ``max_records_per_task`` offsets; None for an empty slice."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        pieces = [
+            Range(r.topic, r.partition, low, min(low + self.max_records_per_task, r.end))
+            for r in bounds.ranges
+            for low in range(r.start, r.end, self.max_records_per_task)
+        ]
+        if not pieces:
+            return None
+        return TaskPlan(
+            source=self.name,
+            consumer=self._consumer_config(),
+            pieces=tuple(pieces),
+            value_format=self.value_format,
+            key_format=self.key_format,
+            payload=self._payload_schema(),
+            event_time_column=self.event_time_column,
+            late_before_us=micros(bounds.late_before) if bounds.late_before else None,
+            reject_late=self.late_records == "reject",
+            arrow_schema=to_arrow_schema(
+                self._union_schema(), timezone=spark.conf.get("spark.sql.session.timeZone")
+            ),
+            timeout_s=self.timeout.total_seconds(),
+        )
 
     def check_replayable(self, bounds: Mapping[str, object], *, epoch: int) -> None:
         """KafkaDataLossError (on the driver) if records of the slice were deleted."""

@@ -1,4 +1,4 @@
-"""The engine's side of a source's direct write (``SliceData.write``): a root job that
+"""The engine's side of a source's direct write (``Source.read_direct``): a root job that
 copies its slice as it is (no transform, append mode) asks the source to write each
 micro-batch's files, and commits exactly those, rejects first, micro-batch by
 micro-batch, with the usual crash points and numbering; any other root writes its frames.
@@ -22,6 +22,7 @@ from etl import Pipeline, Runner, snapshot
 from etl.delta import EPOCH_COLUMN, log_commits
 from etl.delta.files import write_arrow
 from etl.sources.base import (
+    DirectSlice,
     DirectWrite,
     SliceData,
     SliceRequest,
@@ -88,6 +89,12 @@ class DirectSource(Source):
         rejects = spark.createDataFrame(
             [(str(i),) for i, r in enumerate(records) if r is None], "record string"
         )
+        return SliceData(rows=rows, rejects=rejects)
+
+    def read_direct(self, spark, bounds: Mapping[str, object], *, epoch: int) -> DirectSlice:
+        data = self.read(spark, bounds, epoch=epoch)
+        rows, rejects = data.rows, data.rejects
+        assert rejects is not None
 
         def write(target: DirectWrite) -> WrittenSlice:
             self.targets.append(target)
@@ -99,7 +106,7 @@ class DirectSource(Source):
             self.written.append(written)
             return written
 
-        return SliceData(rows=rows, rejects=rejects, write=write)
+        return DirectSlice(rows=rows.schema, rejects=rejects.schema, write=write)
 
 
 def _write(rows: pa.Table, table: TableTarget, target: DirectWrite) -> WrittenTable:

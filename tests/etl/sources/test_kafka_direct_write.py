@@ -1,5 +1,5 @@
 """A Kafka root job without a transform, in append mode: the source's Spark tasks write the
-rows' and the rejects' Parquet files themselves (``SliceData.write``) and the driver
+rows' and the rejects' Parquet files themselves (``Source.read_direct``) and the driver
 commits their descriptors. It must write exactly what the DataFrame path writes (rows,
 rejects, Delta schema, partitions, micro-batch commits), and never commit the files of a
 failed task."""
@@ -19,8 +19,9 @@ from catalog import load_catalog
 from etl import Pipeline, Runner
 from etl.delta import log_commits
 from etl.retention.maintain import maintain
-from etl.sources.base import DirectWrite, SliceData, WrittenSlice
+from etl.sources.base import DirectSlice, DirectWrite, WrittenSlice
 from etl.sources.kafka import KafkaSource
+from tests.support.spark_work import PLANNING_CALLS, SparkCounters, py4j_calls
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -47,10 +48,9 @@ class SpiedSource(KafkaSource):
         self.written: list[WrittenSlice] = []
         self.break_rejects: str | None = None
 
-    def read(self, spark, bounds, *, epoch) -> SliceData:
-        data = super().read(spark, bounds, epoch=epoch)
-        assert data.write is not None
-        real = data.write
+    def read_direct(self, spark, bounds, *, epoch) -> DirectSlice:
+        direct = super().read_direct(spark, bounds, epoch=epoch)
+        real = direct.write
 
         def write(target: DirectWrite) -> WrittenSlice:
             if self.break_rejects is not None:
@@ -62,7 +62,7 @@ class SpiedSource(KafkaSource):
             self.written.append(written)
             return written
 
-        return replace(data, write=write)
+        return replace(direct, write=write)
 
 
 def _values() -> list[bytes | None]:
@@ -175,6 +175,33 @@ def test_a_root_without_transform_commits_the_files_its_source_tasks_wrote(
     assert [c[1:] for c in _commits(runner, "orders")] == [
         (p, p == parts - 1) for p in range(parts)
     ]
+
+
+def test_a_direct_batch_plans_no_frame_and_runs_one_spark_job(
+    tmp_path, spark, kafka_bootstrap, topic, kafka_produce
+):
+    """The direct path asks Spark for its write's job only: ``read``'s frames (the tagged
+    records, checkpointed, split into rows and rejects) and the engine's ``_epoch`` column
+    are planned for nothing when the tasks write the files (before: 2 mapInArrow, a
+    localCheckpoint and 5 analysed frames a micro-batch)."""
+    source = SpiedSource(
+        "orders_src", topics=[topic], bootstrap_servers=kafka_bootstrap, schema=SCHEMA
+    )
+    runner = _runner(tmp_path, spark, kafka_bootstrap, topic, identity=False, source=source)
+    assert runner.run_once().ok  # creates the tables; the columns are learnt once
+    counters = SparkCounters(spark)
+    for epoch in range(2):
+        kafka_produce(topic, [_values()[i] or b"x" for i in range(RECORDS)], partitions=2)
+        jobs_before, _ = counters.latest()
+        with py4j_calls() as calls:
+            result = runner.run_once()
+        jobs_after, _ = counters.latest()
+
+        assert result.ok, result.failures
+        assert len(source.written) == 2 + epoch  # the direct path, one micro-batch
+        assert {name: calls[name] for name in PLANNING_CALLS if calls[name]} == {}
+        assert (calls["mapInArrow"], calls["localCheckpoint"]) == (1, 0)
+        assert jobs_after - jobs_before == 1
 
 
 def test_the_direct_path_writes_what_the_dataframe_path_writes(
