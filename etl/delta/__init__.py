@@ -59,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "table_exists": "etl.delta.log",
     "table_version": "etl.delta.log",
     "PARTITION_TYPES": "etl.delta.layout",
+    "DRIVER_READ_BYTES": "etl.delta.read",
     "epoch_rows": "etl.delta.read",
     "read_arrow": "etl.delta.read",
     "TableRead": "etl.delta.read",

@@ -33,6 +33,7 @@ from pyspark.sql.types import StructType
 from catalog import Catalog, CommitManifest, Epoch, EpochState, Lease, SealRequest
 from consistency import EpochBatch
 from etl.delta import (
+    DRIVER_READ_BYTES,
     EPOCH_COLUMN,
     TableRead,
     epoch_rows,
@@ -622,9 +623,12 @@ class EpochEngine:
                     version=version,
                     first_epoch=batch.first,
                     last_epoch=batch.last,
+                    driver_read_bytes=DRIVER_READ_BYTES,
                 )
             else:
-                reads[item.table] = read_table_sized(session, location, version=version)
+                reads[item.table] = read_table_sized(
+                    session, location, version=version, driver_read_bytes=DRIVER_READ_BYTES
+                )
         return reads
 
     def _previous(self, job: Job, session: SparkSession) -> DataFrame | None:

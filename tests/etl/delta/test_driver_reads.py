@@ -1,0 +1,233 @@
+"""A batch's small inputs are read by the driver (pyarrow) and given to Spark as a local
+relation: the same rows and the same schema as Spark's own read of the files, whatever the
+layout (partitions, null and empty partition values, columns added later, deletion
+vectors, nested and temporal types)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from etl.delta import (
+    DRIVER_READ_BYTES,
+    CommitRequest,
+    Fence,
+    active_files,
+    commit_files,
+    merge_files,
+    read_epochs_sized,
+    read_table_sized,
+    write_files,
+)
+from etl.delta.logfile import log_snapshot
+from etl.errors import DeltaIOError, FilesRemovedError
+
+pytestmark = pytest.mark.spark
+
+FENCE = Fence("reads", generation=1)
+WIDE = (
+    "id long, name string, amount decimal(12,3), ratio double, flag boolean, day date, "
+    "at timestamp, local timestamp_ntz, raw binary, tags array<int>, "
+    "attrs map<string,int>, address struct<city:string,zip:int>, "
+    "part string, bucket int, _epoch long"
+)
+
+
+def _wide_rows(ids, epoch: int) -> list[tuple]:
+    return [
+        (
+            i,
+            None if i % 7 == 0 else f"n{i}",
+            Decimal(i) / 8,
+            i / 3,
+            i % 2 == 0,
+            dt.date(2026, 1, 1) + dt.timedelta(days=i),
+            dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC) + dt.timedelta(seconds=i * 1.5),
+            dt.datetime(2026, 2, 1, 8) + dt.timedelta(minutes=i),
+            bytes([i % 256]),
+            [i, None, i + 1],
+            {"a": i, "b": None},
+            (f"city{i % 3}", None if i % 5 == 0 else i),
+            # null, empty (stored as null) and ordinary partition values
+            None if i % 4 == 0 else "" if i % 4 == 1 else f"p{i % 4}",
+            i % 2,
+            epoch,
+        )
+        for i in ids
+    ]
+
+
+def _commit(location, df, files, epoch, *, partition_by=(), deletes=(), create=False) -> int:
+    return commit_files(
+        location,
+        CommitRequest(
+            files,
+            schema=to_arrow_schema(df.schema, timezone="UTC"),
+            mode="append",
+            partition_by=partition_by,
+            fence=FENCE,
+            metadata={"delta_barrier.epoch": epoch},
+            deletes=deletes,
+            deletion_vectors=create,
+        ),
+    )
+
+
+def _append(spark, location, rows, schema, epoch, *, partition_by=(), create=False) -> int:
+    df = spark.createDataFrame(rows, schema)
+    files = write_files(df, location, partition_by=partition_by, file_prefix=f"e{epoch}")
+    return _commit(location, df, files, epoch, partition_by=partition_by, create=create)
+
+
+def _both(read, **options):
+    """(the driver's read, Spark's read) of the same version."""
+    return read(driver_read_bytes=DRIVER_READ_BYTES, **options), read(
+        driver_read_bytes=0, **options
+    )
+
+
+def _same(driver, spark_read) -> None:
+    assert driver.bytes == spark_read.bytes
+    assert driver.frame.schema == spark_read.frame.schema
+    key = [c for c in driver.frame.columns if c not in ("attrs",)]
+    # A map column cannot be sorted on or compared in a set: compare rows as dicts.
+    assert sorted(map(repr, (r.asDict(True) for r in driver.frame.collect()))) == sorted(
+        map(repr, (r.asDict(True) for r in spark_read.frame.collect()))
+    )
+    assert driver.frame.count() == spark_read.frame.select(*key).count()
+
+
+def _plan(read) -> str:
+    return read.frame._jdf.queryExecution().analyzed().toString()
+
+
+@pytest.mark.parametrize("partition_by", [(), ("part", "bucket")], ids=["plain", "partitioned"])
+def test_the_drivers_read_gives_sparks_rows_and_schema(spark, tmp_path, partition_by):
+    location = str(tmp_path / "t")
+    _append(spark, location, _wide_rows(range(40), 1), WIDE, 1, partition_by=partition_by)
+    # A column added later: the first epoch's files lack it and read it as null.
+    wider = WIDE.replace("_epoch long", "note string, _epoch long")
+    rows = [(*r[:-1], f"note{r[0]}", r[-1]) for r in _wide_rows(range(40, 60), 2)]
+    version = _append(spark, location, rows, wider, 2, partition_by=partition_by)
+
+    driver, spark_read = _both(lambda **o: read_table_sized(spark, location, version=version, **o))
+    assert "LocalRelation" in _plan(driver) and "parquet" not in _plan(driver).lower()
+    assert "parquet" in _plan(spark_read).lower()
+    _same(driver, spark_read)
+    assert driver.frame.where("note IS NULL").count() == 40
+
+    driver, spark_read = _both(
+        lambda **o: read_epochs_sized(
+            spark, location, version=version, first_epoch=2, last_epoch=2, **o
+        )
+    )
+    _same(driver, spark_read)
+    assert {r._epoch for r in driver.frame.collect()} == {2}
+
+
+def test_rows_a_deletion_vector_deletes_are_not_read(spark, tmp_path):
+    location = str(tmp_path / "t")
+    schema = "id long, v string, part string, _epoch long"
+    df = spark.createDataFrame([(i, f"v{i}", "ab"[i % 2], 1) for i in range(200)], schema)
+    files = write_files(
+        df.repartition(3, "id"), location, partition_by=["part"], file_prefix="b", collect_rows=0
+    )
+    version = _commit(location, df, files, 1, partition_by=["part"], create=True)
+    updates = spark.createDataFrame([(i, f"new{i}", "ab"[i % 2], 2) for i in (3, 4, 150)], schema)
+    merged = merge_files(
+        spark,
+        location,
+        version=version,
+        updates=updates,
+        keys=["id"],
+        partition_by=["part"],
+        file_prefix="m2",
+        rewrite_all_bytes=0,
+    )
+    assert merged.deletes and not merged.removes
+    version = _commit(
+        location, updates, merged.adds, 2, partition_by=["part"], deletes=merged.deletes
+    )
+    snapshot = log_snapshot(location)
+    assert snapshot is not None
+    assert any(f.deletion_vector is not None for f in active_files(snapshot))
+
+    driver, spark_read = _both(lambda **o: read_table_sized(spark, location, version=version, **o))
+    _same(driver, spark_read)
+    values = {r.id: r.v for r in driver.frame.collect()}
+    assert len(values) == 200 and values[3] == "new3" and values[150] == "new150"
+
+
+def test_inputs_above_the_bound_are_read_by_spark(spark, tmp_path):
+    location = str(tmp_path / "t")
+    version = _append(spark, location, _wide_rows(range(10), 1), WIDE, 1)
+    size = read_table_sized(spark, location, version=version).bytes
+    at = read_table_sized(spark, location, version=version, driver_read_bytes=size)
+    below = read_table_sized(spark, location, version=version, driver_read_bytes=size - 1)
+    assert "LocalRelation" in _plan(at)
+    assert "LocalRelation" not in _plan(below) and "parquet" in _plan(below).lower()
+    # The public read keeps Spark's (input_file_name() names each row's file).
+    assert "LocalRelation" not in _plan(read_table_sized(spark, location, version=version))
+
+
+def test_a_file_gone_from_storage_is_named_not_read_as_empty(spark, tmp_path):
+    location = str(tmp_path / "t")
+    version = _append(spark, location, _wide_rows(range(10), 1), WIDE, 1)
+    snapshot = log_snapshot(location)
+    assert snapshot is not None
+    gone = active_files(snapshot)[0]
+    os.remove(os.path.join(location, gone.path))
+    with pytest.raises(FilesRemovedError) as removed:
+        read_table_sized(spark, location, version=version, driver_read_bytes=DRIVER_READ_BYTES)
+    assert gone.path in str(removed.value)
+    with pytest.raises(DeltaIOError):
+        read_epochs_sized(
+            spark,
+            location,
+            version=version,
+            first_epoch=1,
+            last_epoch=1,
+            driver_read_bytes=DRIVER_READ_BYTES,
+        )
+
+
+def test_an_empty_version_reads_as_no_rows_with_the_tables_schema(spark, tmp_path):
+    location = str(tmp_path / "t")
+    version = _append(spark, location, [], WIDE, 1)
+    driver, spark_read = _both(lambda **o: read_table_sized(spark, location, version=version, **o))
+    assert driver.frame.count() == 0
+    assert driver.frame.schema == spark_read.frame.schema
+    assert pa.schema(to_arrow_schema(driver.frame.schema, timezone="UTC")).names[-1] == "_epoch"
+
+
+def test_columns_declared_not_null_read_as_nullable_as_spark_reads_them(spark, tmp_path):
+    from pyspark.sql.types import (
+        ArrayType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    schema = StructType(
+        [
+            StructField("id", LongType(), False),
+            StructField("tags", ArrayType(LongType(), False), False),
+            StructField("attrs", MapType(StringType(), LongType(), False), False),
+            StructField("inner", StructType([StructField("x", LongType(), False)]), False),
+            StructField("_epoch", LongType(), False),
+        ]
+    )
+    location = str(tmp_path / "t")
+    version = _append(spark, location, [(1, [1], {"a": 1}, (1,), 1)], schema, 1)
+    snapshot = log_snapshot(location)
+    assert snapshot is not None and '"nullable":false' in snapshot.schema_json
+    driver, spark_read = _both(lambda **o: read_table_sized(spark, location, version=version, **o))
+    assert driver.frame.schema == spark_read.frame.schema
+    assert all(f.nullable for f in driver.frame.schema.fields)
