@@ -50,11 +50,17 @@ from etl.delta import (
     Fence,
     claim_table,
     open_table,
-    read_table,
     restore_table,
     table_version,
 )
-from etl.engine import BatchResult, BatchWrite, EpochEngine, EpochWriter, recover
+from etl.engine import (
+    BatchResult,
+    BatchWrite,
+    EpochEngine,
+    EpochWriter,
+    previous_output,
+    recover,
+)
 from etl.errors import RecomputeError, SourceError
 from etl.faults import maybe_crash
 from etl.leases import LeaseKeeper, busy_error, make_owner, operator
@@ -445,7 +451,7 @@ class _Build:
         def read_previous() -> DataFrame | None:
             if previous is None:
                 return None
-            return read_table(session, output_location, version=previous).drop(EPOCH_COLUMN)
+            return previous_output(session, output_location, previous)
 
         written = BatchWrite()
         rejects: DataFrame | None = None

@@ -8,7 +8,7 @@
 - :mod:`etl.engine.recovery`: after a crash, seal what is complete, roll back the rest.
 """
 
-from etl.engine.batch import BatchOutcome, BatchResult, EpochEngine
+from etl.engine.batch import BatchOutcome, BatchResult, EpochEngine, previous_output
 from etl.engine.commit import BatchWrite, EpochWriter
 from etl.engine.recovery import RecoveryStep, StepAction, needs_recovery, recover
 
@@ -21,5 +21,6 @@ __all__ = [
     "RecoveryStep",
     "StepAction",
     "needs_recovery",
+    "previous_output",
     "recover",
 ]

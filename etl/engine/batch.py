@@ -38,7 +38,6 @@ from etl.delta import (
     TableRead,
     epoch_rows,
     read_epochs_sized,
-    read_table,
     read_table_sized,
     table_version,
 )
@@ -88,6 +87,13 @@ def _size_session(session: SparkSession, inputs: Mapping[str, TableRead]) -> Non
     expanded by mapInArrow) is estimated at a few bytes whatever it reads."""
     if sum(read.bytes for read in inputs.values()) <= SMALL_BATCH_BYTES:
         configure_small_batch(session)
+
+
+def previous_output(session: SparkSession, location: str, version: int) -> DataFrame:
+    """A job's output at ``version`` without ``_epoch``: ``ctx.previous``, read as the
+    batch's inputs are (small ones by the driver)."""
+    read = read_table_sized(session, location, version=version, driver_read_bytes=DRIVER_READ_BYTES)
+    return read.frame.drop(EPOCH_COLUMN)
 
 
 def _write_directly(
@@ -635,9 +641,7 @@ class EpochEngine:
         sealed = self.catalog.latest_written([job.output]).get(job.output)
         if sealed is None or sealed.delta_version is None:
             return None
-        return read_table(session, self.location(job.output), version=sealed.delta_version).drop(
-            EPOCH_COLUMN
-        )
+        return previous_output(session, self.location(job.output), sealed.delta_version)
 
     def transform(
         self,
