@@ -13,13 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from etl.delta import (
-    CommitRequest,
     Fence,
     active_files,
-    commit_files,
     logfile,
     merge_files,
     open_table,
@@ -40,6 +37,7 @@ from etl.delta.maintenance import (
     stored_files,
 )
 from etl.errors import CommitConflictError
+from tests.support.delta_tables import commit_frame_files
 
 pytestmark = pytest.mark.spark
 
@@ -52,18 +50,15 @@ def _rows(ids, epoch: int, part=lambda i: "ab"[i % 2]) -> list[tuple]:
 
 
 def _commit(location, df, files, epoch, *, partition_by=(), create=False, **options) -> int:
-    return commit_files(
+    return commit_frame_files(
         location,
-        CommitRequest(
-            files,
-            schema=to_arrow_schema(df.schema, timezone="UTC"),
-            mode="append",
-            partition_by=partition_by,
-            fence=FENCE,
-            metadata={"delta_barrier.epoch": epoch},
-            deletion_vectors=create,
-            **options,
-        ),
+        df,
+        files,
+        fence=FENCE,
+        epoch=epoch,
+        partition_by=partition_by,
+        deletion_vectors=create,
+        **options,
     )
 
 

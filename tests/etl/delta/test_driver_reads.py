@@ -15,10 +15,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from etl.delta import (
     DRIVER_READ_BYTES,
-    CommitRequest,
     Fence,
     active_files,
-    commit_files,
     merge_files,
     read_epochs_sized,
     read_table_sized,
@@ -26,6 +24,7 @@ from etl.delta import (
 )
 from etl.delta.logfile import log_snapshot
 from etl.errors import DeltaIOError, FilesRemovedError
+from tests.support.delta_tables import commit_frame_files
 
 pytestmark = pytest.mark.spark
 
@@ -63,18 +62,15 @@ def _wide_rows(ids, epoch: int) -> list[tuple]:
 
 
 def _commit(location, df, files, epoch, *, partition_by=(), deletes=(), create=False) -> int:
-    return commit_files(
+    return commit_frame_files(
         location,
-        CommitRequest(
-            files,
-            schema=to_arrow_schema(df.schema, timezone="UTC"),
-            mode="append",
-            partition_by=partition_by,
-            fence=FENCE,
-            metadata={"delta_barrier.epoch": epoch},
-            deletes=deletes,
-            deletion_vectors=create,
-        ),
+        df,
+        files,
+        fence=FENCE,
+        epoch=epoch,
+        partition_by=partition_by,
+        deletes=deletes,
+        deletion_vectors=create,
     )
 
 

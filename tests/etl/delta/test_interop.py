@@ -26,6 +26,7 @@ from etl.delta import (
 )
 from etl.delta.logfile import CHECKPOINT_INTERVAL
 from etl.reader import delta_extension_path
+from tests.support.delta_tables import commit_frame_files
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 
@@ -171,17 +172,8 @@ def _dv_table(
     fence = Fence("interop", generation=1)
 
     def commit(df, files, txn, **options):
-        return commit_files(
-            location,
-            CommitRequest(
-                files,
-                schema=to_arrow_schema(df.schema, timezone="UTC"),
-                mode="append",
-                partition_by=PARTITION_BY,
-                fence=fence,
-                metadata={"delta_barrier.epoch": txn},
-                **options,
-            ),
+        return commit_frame_files(
+            location, df, files, fence=fence, epoch=txn, partition_by=PARTITION_BY, **options
         )
 
     base = spark.createDataFrame([_row(i, 1, names[i % len(names)]) for i in range(rows)], SCHEMA)
