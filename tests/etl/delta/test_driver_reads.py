@@ -61,7 +61,9 @@ def _wide_rows(ids, epoch: int) -> list[tuple]:
     ]
 
 
-def _commit(location, df, files, epoch, *, partition_by=(), deletes=(), create=False) -> int:
+def _append(spark, location, rows, schema, epoch, *, partition_by=(), create=False) -> int:
+    df = spark.createDataFrame(rows, schema)
+    files = write_files(df, location, partition_by=partition_by, file_prefix=f"e{epoch}")
     return commit_frame_files(
         location,
         df,
@@ -69,15 +71,8 @@ def _commit(location, df, files, epoch, *, partition_by=(), deletes=(), create=F
         fence=FENCE,
         epoch=epoch,
         partition_by=partition_by,
-        deletes=deletes,
         deletion_vectors=create,
     )
-
-
-def _append(spark, location, rows, schema, epoch, *, partition_by=(), create=False) -> int:
-    df = spark.createDataFrame(rows, schema)
-    files = write_files(df, location, partition_by=partition_by, file_prefix=f"e{epoch}")
-    return _commit(location, df, files, epoch, partition_by=partition_by, create=create)
 
 
 def _both(read, **options):
@@ -133,7 +128,9 @@ def test_rows_a_deletion_vector_deletes_are_not_read(spark, tmp_path):
     files = write_files(
         df.repartition(3, "id"), location, partition_by=["part"], file_prefix="b", collect_rows=0
     )
-    version = _commit(location, df, files, 1, partition_by=["part"], create=True)
+    version = commit_frame_files(
+        location, df, files, fence=FENCE, epoch=1, partition_by=["part"], deletion_vectors=True
+    )
     updates = spark.createDataFrame([(i, f"new{i}", "ab"[i % 2], 2) for i in (3, 4, 150)], schema)
     merged = merge_files(
         spark,
@@ -146,8 +143,14 @@ def test_rows_a_deletion_vector_deletes_are_not_read(spark, tmp_path):
         rewrite_all_bytes=0,
     )
     assert merged.deletes and not merged.removes
-    version = _commit(
-        location, updates, merged.adds, 2, partition_by=["part"], deletes=merged.deletes
+    version = commit_frame_files(
+        location,
+        updates,
+        merged.adds,
+        fence=FENCE,
+        epoch=2,
+        partition_by=["part"],
+        deletes=merged.deletes,
     )
     snapshot = log_snapshot(location)
     assert snapshot is not None
