@@ -65,9 +65,9 @@ DRIVER_READ_BYTES = 1024 * 1024
 is read by the driver with pyarrow and given to Spark as a local relation
 (:func:`read_epochs_sized`, :func:`read_table_sized`). A Spark read of a few small
 files costs more than their rows: it resolves the data source, lists the files, copies
-Hadoop's configuration for the read and for each task (bench small_epoch: a small batch's
-read and query took 30% less JVM CPU this way). Larger scans are read by Spark tasks; this
-bounds the rows a scan holds in the driver."""
+Hadoop's configuration for the read and for each task (two 1,000-row files read, viewed,
+filtered and collected: about 30% less JVM CPU this way; bench/PROFILE-issue28.md). Larger
+scans are read by Spark tasks; this bounds the rows a scan holds in the driver."""
 
 
 def spark_schema(table: TableVersion):
@@ -341,15 +341,11 @@ def _read_in_driver(
     target = to_arrow_schema(schema, timezone="UTC")
     partition_by = partition_columns(table)
     partitions = frozenset(partition_by)
-    with_vectors = [f for f in files if f.deletion_vector is not None] if deletion_vectors else []
+    vectors = {f.path: f.deletion_vector for f in files if f.deletion_vector is not None}
+    if not deletion_vectors:
+        vectors = {}
     fs, root = filesystem(location)
-    deleted = dict(
-        zip(
-            (f.path for f in with_vectors),
-            read_many(fs, root, [f.deletion_vector for f in with_vectors if f.deletion_vector]),
-            strict=True,
-        )
-    )
+    deleted = dict(zip(vectors, read_many(fs, root, list(vectors.values())), strict=True))
     batches: list[pa.RecordBatch] = []
     for file in files:
         path = absolute_path(location, file.path)
