@@ -38,6 +38,7 @@ from etl.delta.layout import (
     spark_location,
     written_partition_values,
 )
+from etl.delta.local import estimated_bytes, local_rows
 from etl.errors import InvalidWriteOptionError
 from etl.storage import spark_io
 
@@ -447,27 +448,30 @@ def write_data_file(
 def collect_small(df: DataFrame, max_rows: int, max_bytes: int | None = None) -> pa.Table | None:
     """``df`` as an Arrow table (timestamps in UTC) if it has at most ``max_rows`` rows
     and, with ``max_bytes``, Spark's optimizer estimates it at most ``max_bytes``; else
-    None. One Spark job, which holds at most ``max_rows + 1`` rows in the driver; the
-    estimate (planning, no job) is read off the plan the job then runs, not a plan of its own."""
+    None. Rows the optimizer computed while planning (a local relation: :func:`local_rows`)
+    are taken as they are; otherwise one Spark job, which holds at most ``max_rows + 1``
+    rows in the driver. The estimate (planning, no job) is read off the plan the job then
+    runs, not a plan of its own."""
     limited = df.limit(max_rows + 1)
-    if max_bytes is not None and _estimated_bytes_under_limit(limited) > max_bytes:
+    plan = limited._jdf.queryExecution().optimizedPlan()
+    if max_bytes is not None and _estimated_bytes_under_limit(plan) > max_bytes:
         return None
-    rows = limited.toArrow()
+    rows = local_rows(limited, plan)
+    if rows is None:
+        rows = limited.toArrow()
     return rows if rows.num_rows <= max_rows else None
 
 
 _LIMITS = ("GlobalLimit", "LocalLimit")
 
 
-def _estimated_bytes_under_limit(limited: DataFrame) -> int:
-    """Spark's estimate of the rows a ``limit`` frame limits (a limit's own estimate is its
-    row bound times a row's width): the optimizer's statistics of the plan below the
-    limit, from the optimized plan of ``limited`` (which its action reuses)."""
-    plan = limited._jdf.queryExecution().optimizedPlan()
+def _estimated_bytes_under_limit(plan) -> int:
+    """Spark's estimate of the rows a ``limit`` limits (a limit's own estimate is its row
+    bound times a row's width): the optimizer's statistics of the plan below the limit,
+    from the optimized ``plan`` of the limited frame (which its action reuses)."""
     while plan.nodeName() in _LIMITS:
         plan = plan.child()
-    # A Scala BigInt: py4j hands over a Python int or an object whose str is the number.
-    return int(str(plan.stats().sizeInBytes()))
+    return estimated_bytes(plan)
 
 
 def write_arrow(

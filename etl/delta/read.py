@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -35,6 +34,7 @@ from etl.delta.layout import (
     normalize_location,
     serialize_partition_value,
 )
+from etl.delta.local import local_frame
 from etl.delta.log import (
     EPOCH_COLUMN,
     ActiveFile,
@@ -360,42 +360,7 @@ def _read_in_driver(
             keep = pc.invert(pc.is_in(pa.array(range(rows.num_rows), pa.int64()), pa.array(gone)))
             read = rows.filter(keep).to_batches()
         batches.extend(read)
-    return _local_frame(spark, batches, target, schema)
-
-
-_PYTHON_SQL_UTILS = "org.apache.spark.sql.api.python.PythonSQLUtils"
-"""Spark's helpers behind PySpark's ``createDataFrame`` of Arrow data."""
-
-
-def _local_frame(
-    spark: SparkSession, batches: Sequence[pa.RecordBatch], arrow: pa.Schema, schema
-) -> DataFrame:
-    """``batches`` (of ``arrow``, ``schema``'s Arrow form in UTC) as a DataFrame: what
-    ``spark.createDataFrame`` of their table builds (a local relation, or a parallelized
-    one above ``spark.sql.execution.arrow.localRelationThreshold``), through three Py4J
-    calls where it makes about forty (it reads eight settings, each element of their
-    list a call, and looks Spark's helper class up by name, which the JVM first tries
-    as a class of the default package, scanning every jar)."""
-    from py4j.java_gateway import JavaClass
-    from pyspark.sql.dataframe import DataFrame
-
-    context = spark.sparkContext
-    gateway = context._gateway
-    assert gateway is not None  # a classic (non-Connect) session
-    utils = JavaClass(_PYTHON_SQL_UTILS, gateway._gateway_client)
-    with tempfile.NamedTemporaryFile(dir=context._temp_dir, delete=False) as handle:
-        path = handle.name
-        if batches:  # as PySpark writes it: no stream at all for no batch
-            with pa.ipc.new_stream(handle, arrow) as writer:
-                for batch in batches:
-                    writer.write_batch(batch)
-    try:
-        read = utils.readArrowStreamFromFile(path)
-    finally:
-        os.unlink(path)
-    frame = DataFrame(utils.toDataFrame(read, schema.json(), spark._jsparkSession), spark)
-    frame._schema = schema  # as PySpark does: no round trip to ask Spark for it
-    return frame
+    return local_frame(spark, batches, target, schema)
 
 
 def _nullable(data_type):

@@ -97,18 +97,20 @@ def test_a_batch_asks_spark_for_one_job_and_few_plans(tmp_path, spark):
         for job, batches in work.items()
     }
     # Per batch: one Spark job (the output's collect; a merge's, of its updates), and one
-    # SQL execution more per temporary view of a SQL transform's input. Planning, a
-    # derived SQL batch: its epochs' filter only where a file may hold other epochs, the
-    # view, the query, `_epoch`, the collect's limit and one size estimate (none for a
-    # merge, which collects its updates unestimated); its small input, read by the
-    # driver, is a local relation that Spark does not plan a read for (issue 28, session
-    # 44: one `parquet` call less). Before session 35: 8 or 9 (inputs estimated by
-    # Spark, output estimated apart from the collect, no-op projection and filter of the
-    # read).
+    # SQL execution more per temporary view of a SQL transform's input. An output that
+    # Spark's optimizer computes while planning (a projection or filter of a small input,
+    # which the driver read into a local relation) needs no job: it is taken from the
+    # optimized plan (issue 28, session 45). Planning, a derived SQL batch: its epochs'
+    # filter only where a file may hold other epochs, the view, the query, `_epoch`, the
+    # collect's limit and its optimized plan (the size estimate's, and the one its job
+    # runs); its small input, read by the driver, is a local relation that Spark does not
+    # plan a read for (session 44: one `parquet` call less). Before session 35: 8 or 9
+    # (inputs estimated by Spark, output estimated apart from the collect, no-op
+    # projection and filter of the read).
     assert most == {
         "ingest": SparkWork(jobs=1, executions=1, planning=4),
-        "clean": SparkWork(jobs=1, executions=2, planning=5),
-        "latest": SparkWork(jobs=1, executions=2, planning=4),
-        "ranked": SparkWork(jobs=1, executions=2, planning=5),
-        "doubled": SparkWork(jobs=1, executions=1, planning=4),
+        "clean": SparkWork(jobs=0, executions=1, planning=5),
+        "latest": SparkWork(jobs=1, executions=2, planning=5),
+        "ranked": SparkWork(jobs=0, executions=1, planning=5),
+        "doubled": SparkWork(jobs=0, executions=0, planning=4),
     }, most

@@ -1,12 +1,47 @@
-"""Committing files a test wrote from a DataFrame to a Delta table."""
+"""Committing files a test wrote from a DataFrame to a Delta table, and rows of every
+kind of column to write."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
+from decimal import Decimal
 
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from etl.delta import CommitRequest, DataFile, Fence, commit_files
+
+WIDE_COLUMNS = (
+    "id long, name string, amount decimal(12,3), ratio double, flag boolean, day date, "
+    "at timestamp, local timestamp_ntz, raw binary, tags array<int>, "
+    "attrs map<string,int>, address struct<city:string,zip:int>, "
+    "part string, bucket int, _epoch long"
+)
+
+
+def wide_rows(ids, epoch: int) -> list[tuple]:
+    """Rows of :data:`WIDE_COLUMNS` for ``ids``, of epoch ``epoch``."""
+    return [
+        (
+            i,
+            None if i % 7 == 0 else f"n{i}",
+            Decimal(i) / 8,
+            i / 3,
+            i % 2 == 0,
+            dt.date(2026, 1, 1) + dt.timedelta(days=i),
+            dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC) + dt.timedelta(seconds=i * 1.5),
+            dt.datetime(2026, 2, 1, 8) + dt.timedelta(minutes=i),
+            bytes([i % 256]),
+            [i, None, i + 1],
+            {"a": i, "b": None},
+            (f"city{i % 3}", None if i % 5 == 0 else i),
+            # null, empty (stored as null) and ordinary partition values
+            None if i % 4 == 0 else "" if i % 4 == 1 else f"p{i % 4}",
+            i % 2,
+            epoch,
+        )
+        for i in ids
+    ]
 
 
 def commit_frame_files(

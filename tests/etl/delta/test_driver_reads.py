@@ -5,9 +5,7 @@ vectors, nested and temporal types)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import os
-from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -24,41 +22,11 @@ from etl.delta import (
 )
 from etl.delta.logfile import log_snapshot
 from etl.errors import DeltaIOError, FilesRemovedError
-from tests.support.delta_tables import commit_frame_files
+from tests.support.delta_tables import WIDE_COLUMNS, commit_frame_files, wide_rows
 
 pytestmark = pytest.mark.spark
 
 FENCE = Fence("reads", generation=1)
-WIDE = (
-    "id long, name string, amount decimal(12,3), ratio double, flag boolean, day date, "
-    "at timestamp, local timestamp_ntz, raw binary, tags array<int>, "
-    "attrs map<string,int>, address struct<city:string,zip:int>, "
-    "part string, bucket int, _epoch long"
-)
-
-
-def _wide_rows(ids, epoch: int) -> list[tuple]:
-    return [
-        (
-            i,
-            None if i % 7 == 0 else f"n{i}",
-            Decimal(i) / 8,
-            i / 3,
-            i % 2 == 0,
-            dt.date(2026, 1, 1) + dt.timedelta(days=i),
-            dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC) + dt.timedelta(seconds=i * 1.5),
-            dt.datetime(2026, 2, 1, 8) + dt.timedelta(minutes=i),
-            bytes([i % 256]),
-            [i, None, i + 1],
-            {"a": i, "b": None},
-            (f"city{i % 3}", None if i % 5 == 0 else i),
-            # null, empty (stored as null) and ordinary partition values
-            None if i % 4 == 0 else "" if i % 4 == 1 else f"p{i % 4}",
-            i % 2,
-            epoch,
-        )
-        for i in ids
-    ]
 
 
 def _append(spark, location, rows, schema, epoch, *, partition_by=(), create=False) -> int:
@@ -100,10 +68,10 @@ def _plan(read) -> str:
 @pytest.mark.parametrize("partition_by", [(), ("part", "bucket")], ids=["plain", "partitioned"])
 def test_the_drivers_read_gives_sparks_rows_and_schema(spark, tmp_path, partition_by):
     location = str(tmp_path / "t")
-    _append(spark, location, _wide_rows(range(40), 1), WIDE, 1, partition_by=partition_by)
+    _append(spark, location, wide_rows(range(40), 1), WIDE_COLUMNS, 1, partition_by=partition_by)
     # A column added later: the first epoch's files lack it and read it as null.
-    wider = WIDE.replace("_epoch long", "note string, _epoch long")
-    rows = [(*r[:-1], f"note{r[0]}", r[-1]) for r in _wide_rows(range(40, 60), 2)]
+    wider = WIDE_COLUMNS.replace("_epoch long", "note string, _epoch long")
+    rows = [(*r[:-1], f"note{r[0]}", r[-1]) for r in wide_rows(range(40, 60), 2)]
     version = _append(spark, location, rows, wider, 2, partition_by=partition_by)
 
     driver, spark_read = _both(lambda **o: read_table_sized(spark, location, version=version, **o))
@@ -164,7 +132,7 @@ def test_rows_a_deletion_vector_deletes_are_not_read(spark, tmp_path):
 
 def test_inputs_above_the_bound_are_read_by_spark(spark, tmp_path):
     location = str(tmp_path / "t")
-    version = _append(spark, location, _wide_rows(range(10), 1), WIDE, 1)
+    version = _append(spark, location, wide_rows(range(10), 1), WIDE_COLUMNS, 1)
     size = read_table_sized(spark, location, version=version).bytes
     at = read_table_sized(spark, location, version=version, driver_read_bytes=size)
     below = read_table_sized(spark, location, version=version, driver_read_bytes=size - 1)
@@ -176,7 +144,7 @@ def test_inputs_above_the_bound_are_read_by_spark(spark, tmp_path):
 
 def test_a_file_gone_from_storage_is_named_not_read_as_empty(spark, tmp_path):
     location = str(tmp_path / "t")
-    version = _append(spark, location, _wide_rows(range(10), 1), WIDE, 1)
+    version = _append(spark, location, wide_rows(range(10), 1), WIDE_COLUMNS, 1)
     snapshot = log_snapshot(location)
     assert snapshot is not None
     gone = active_files(snapshot)[0]
@@ -197,7 +165,7 @@ def test_a_file_gone_from_storage_is_named_not_read_as_empty(spark, tmp_path):
 
 def test_an_empty_version_reads_as_no_rows_with_the_tables_schema(spark, tmp_path):
     location = str(tmp_path / "t")
-    version = _append(spark, location, [], WIDE, 1)
+    version = _append(spark, location, [], WIDE_COLUMNS, 1)
     driver, spark_read = _both(lambda **o: read_table_sized(spark, location, version=version, **o))
     assert driver.frame.count() == 0
     assert driver.frame.schema == spark_read.frame.schema

@@ -1,0 +1,114 @@
+"""Arrow data into and out of Spark's driver through local relations, without a Spark job.
+
+A batch's small inputs reach Spark as a local relation (:func:`local_frame`), and Spark's
+optimizer evaluates a projection, filter or limit over a local relation while it plans
+(its rule ``ConvertToLocalRelation``): the rows of such a plan are in the driver before
+anything runs. :func:`local_rows` hands them over as Arrow, as Spark Connect answers a
+plan that is a local table scan, where ``toArrow`` would run a Spark job for them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+_PYTHON_SQL_UTILS = "org.apache.spark.sql.api.python.PythonSQLUtils"
+"""Spark's helpers behind PySpark's ``createDataFrame`` of Arrow data."""
+_ARROW_CONVERTERS = "org.apache.spark.sql.execution.arrow.ArrowConverters$"
+"""Spark's Arrow conversions of rows (a Scala object: its one instance is ``MODULE$``)."""
+_LOCAL_RELATION = "LocalRelation"
+_BATCH_BYTES = 1 << 30
+"""No bound of its own on an Arrow batch's bytes: the rows are already in the driver."""
+
+
+def local_frame(
+    spark: SparkSession, batches: Sequence[pa.RecordBatch], arrow: pa.Schema, schema: StructType
+) -> DataFrame:
+    """``batches`` (of ``arrow``, ``schema``'s Arrow form in UTC) as a DataFrame: what
+    ``spark.createDataFrame`` of their table builds (a local relation, or a parallelized
+    one above ``spark.sql.execution.arrow.localRelationThreshold``), through three Py4J
+    calls where it makes about forty (it reads eight settings, each element of their
+    list a call, and looks Spark's helper class up by name, which the JVM first tries
+    as a class of the default package, scanning every jar)."""
+    from py4j.java_gateway import JavaClass
+    from pyspark.sql.dataframe import DataFrame
+
+    context = spark.sparkContext
+    gateway = context._gateway
+    assert gateway is not None  # a classic (non-Connect) session
+    utils = JavaClass(_PYTHON_SQL_UTILS, gateway._gateway_client)
+    with tempfile.NamedTemporaryFile(dir=context._temp_dir, delete=False) as handle:
+        path = handle.name
+        if batches:  # as PySpark writes it: no stream at all for no batch
+            with pa.ipc.new_stream(handle, arrow) as writer:
+                for batch in batches:
+                    writer.write_batch(batch)
+    try:
+        read = utils.readArrowStreamFromFile(path)
+    finally:
+        os.unlink(path)
+    frame = DataFrame(utils.toDataFrame(read, schema.json(), spark._jsparkSession), spark)
+    frame._schema = schema  # as PySpark does: no round trip to ask Spark for it
+    return frame
+
+
+def local_rows(frame: DataFrame, plan=None) -> pa.Table | None:
+    """``frame``'s rows as ``frame.toArrow()`` gives them (timestamps in UTC), without a
+    Spark job, when its optimized plan (``plan``, a Py4J object, when the caller has it)
+    is a local relation; None when it is not."""
+    from py4j.java_gateway import JavaClass
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if plan is None:
+        plan = frame._jdf.queryExecution().optimizedPlan()
+    if plan.nodeName() != _LOCAL_RELATION:
+        return None
+    session = frame.sparkSession
+    conf = session._jsparkSession.sessionState().conf()
+    large_types = bool(conf.arrowUseLargeVarTypes())
+    gateway = session.sparkContext._gateway
+    assert gateway is not None  # a classic (non-Connect) session
+    converters = getattr(JavaClass(_ARROW_CONVERTERS, gateway._gateway_client), "MODULE$")
+    # Each element is an Arrow IPC stream of its own (schema and one batch), as toArrow's
+    # job writes per partition, with the session's time zone, duplicate field names refused.
+    streams = converters.toBatchWithSchemaIterator(
+        plan.data().iterator(),
+        frame._jdf.schema(),
+        conf.arrowMaxRecordsPerBatch(),
+        _BATCH_BYTES,
+        conf.sessionLocalTimeZone(),
+        True,
+        large_types,
+    )
+    try:
+        tables = []
+        while streams.hasNext():
+            tables.append(pa.ipc.open_stream(bytes(streams.next())).read_all())
+    finally:
+        streams.close()
+    schema = to_arrow_schema(
+        frame.schema,
+        error_on_duplicated_field_names_in_struct=True,
+        timezone="UTC",
+        prefers_large_types=large_types,
+    )
+    if not tables:
+        return schema.empty_table()
+    return pa.concat_tables(tables).cast(schema)
+
+
+def estimated_bytes(plan) -> int:
+    """Spark's estimate of the bytes of a logical ``plan`` (a Py4J object)."""
+    # A Scala BigInt: py4j hands over a Python int or an object whose str is the number.
+    return int(str(plan.stats().sizeInBytes()))
+
+
+__all__ = ["estimated_bytes", "local_frame", "local_rows"]

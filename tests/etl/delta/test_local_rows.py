@@ -1,0 +1,108 @@
+"""Rows Spark's optimizer computes while it plans (a projection, filter or limit of a
+local relation: a batch's small input as the driver read it) are taken from the plan as
+Arrow, without a Spark job: the same rows and schema as ``toArrow``, for every kind of
+column and in any session time zone."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from etl.delta import DRIVER_READ_BYTES, Fence, read_table_sized, write_files
+from etl.delta.files import collect_small
+from etl.delta.local import local_rows
+from tests.support.delta_tables import WIDE_COLUMNS, commit_frame_files, wide_rows
+from tests.support.spark_work import SparkCounters
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def wide_table(spark, tmp_path_factory) -> tuple[str, int]:
+    """A table of every kind of column, partitioned (partition values come from the log)."""
+    location = str(tmp_path_factory.mktemp("local") / "t")
+    df = spark.createDataFrame(wide_rows(range(60), 1), WIDE_COLUMNS)
+    partition_by = ("part", "bucket")
+    files = write_files(df, location, partition_by=partition_by, file_prefix="e1")
+    version = commit_frame_files(
+        location, df, files, fence=Fence("local", 1), epoch=1, partition_by=partition_by
+    )
+    return location, version
+
+
+def _small_input(session, wide_table):
+    location, version = wide_table
+    read = read_table_sized(session, location, version=version, driver_read_bytes=DRIVER_READ_BYTES)
+    return read.frame
+
+
+def _plan_node(frame) -> str:
+    return frame._jdf.queryExecution().optimizedPlan().nodeName()
+
+
+@pytest.mark.parametrize(
+    ("time_zone", "batch_rows"),
+    [("UTC", 10_000), ("America/Los_Angeles", 7)],
+    ids=["utc-one-batch", "los-angeles-many-batches"],
+)
+def test_a_plan_computed_while_planning_gives_toarrows_rows(
+    spark, wide_table, time_zone, batch_rows
+):
+    session = spark.newSession()
+    session.conf.set("spark.sql.session.timeZone", time_zone)
+    session.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_rows))
+    frame = (
+        _small_input(session, wide_table)
+        .where("id % 3 <> 1")
+        .select("*", (F.col("ratio") * 2).alias("twice"), F.lit(7).cast("long").alias("e"))
+    )
+    assert _plan_node(frame) == "LocalRelation"
+
+    rows = local_rows(frame)
+
+    expected = frame.toArrow()
+    assert rows is not None and rows.num_rows == 40
+    assert rows.schema == expected.schema
+    assert rows.sort_by("id").equals(expected.sort_by("id"))
+
+
+def test_no_rows_give_toarrows_empty_table(spark, wide_table):
+    frame = _small_input(spark, wide_table).where("id < 0")
+
+    rows = local_rows(frame)
+
+    assert rows is not None and rows.num_rows == 0
+    assert rows.schema == frame.toArrow().schema
+
+
+def test_a_plan_spark_must_run_is_not_taken(spark, wide_table):
+    small = _small_input(spark, wide_table)
+    assert local_rows(small.groupBy("part").count()) is None
+    assert local_rows(spark.range(5)) is None
+    # A Python function runs in a Python worker: the optimizer cannot compute it.
+    plus_one = F.udf(lambda v: v + 1, "long")
+    with_udf = small.select(plus_one("id").alias("next"))
+    assert local_rows(with_udf) is None
+    rows = collect_small(with_udf, 100)
+    assert rows is not None and sorted(rows["next"].to_pylist()) == list(range(1, 61))
+
+
+def test_collecting_a_local_plan_runs_no_spark_job(spark, wide_table):
+    counters = SparkCounters(spark)
+    small = _small_input(spark, wide_table)
+    before, _ = counters.latest()
+
+    rows = collect_small(small.where("bucket = 1"), 100)
+
+    assert rows is not None and rows.num_rows == 30
+    assert counters.latest()[0] == before
+    # The counter sees the job a plan that is not local needs.
+    assert collect_small(small.groupBy("bucket").count(), 100) is not None
+    assert counters.latest()[0] > before
+
+
+def test_the_row_bound_holds_for_a_local_plan(spark, wide_table):
+    small = _small_input(spark, wide_table)
+    assert collect_small(small, 59) is None
+    rows = collect_small(small, 60)
+    assert rows is not None and rows.num_rows == 60
