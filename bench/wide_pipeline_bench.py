@@ -11,7 +11,9 @@ tables every 0.2 s.
 Per size: freshness of the full cut (first cut at or past an epoch minus its barrier)
 p50 / p95 over the measured window, the catalog statements the run sent per epoch (every
 SQLAlchemy engine of the run's process; the probe's are another process's) and per epoch and table, and
-the share of epochs the final table coalesced. Then how both grow against the smallest
+the share of epochs the final table coalesced; the run's CPU per batch (driver Python and
+JVM) and, per kind of job (root, branch, group, total), its batches, their median time in
+the engine's stages and epochs per batch. Then how both grow against the smallest
 size: the targets are p95 within 3x of the ten-table pipeline and statements per epoch
 that grow no faster than the number of tables.
 
@@ -32,6 +34,7 @@ from pathlib import Path
 
 from bench._common import (
     LoadSampler,
+    ProcessCpu,
     StatementCounter,
     env_float,
     env_int,
@@ -42,6 +45,7 @@ from bench._common import (
 )
 from bench.freshness_bench import (
     ROOT_TABLE,
+    BatchLog,
     ContinuousRun,
     Probe,
     finish,
@@ -116,12 +120,35 @@ def build_wide_pipeline(source, tables: int):
     return pipeline, [ROOT_TABLE, *branches, *groups, "total"], "total"
 
 
+def job_kind(job: str) -> str:
+    """Which part of the wide pipeline a job is: root, branch (fan-out), group (fan-in),
+    total."""
+    if job.startswith("job_branch_"):
+        return "branch"
+    if job.startswith("job_group_"):
+        return "group"
+    return "total" if job == "job_total" else "root"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """The batches of one kind of job in the measured window."""
+
+    batches: int
+    batch_seconds: float
+    """Median of the stages the engine timed (read, transform, write, commit, seal)."""
+    epochs_per_batch: float
+
+
 @dataclass(frozen=True)
 class Size:
     tables: int
     freshness: tuple[float, ...]
     statements_per_epoch: float
     final_coalesced: float
+    python_cpu: float
+    jvm_cpu: float
+    kinds: dict[str, Kind]
 
     @property
     def p95(self) -> float:
@@ -134,6 +161,21 @@ class Size:
             f"{self.statements_per_epoch:8.1f} ({self.statements_per_epoch / self.tables:5.2f} "
             f"per table); final table coalesced {self.final_coalesced:4.0%} of epochs"
         )
+
+    def details(self) -> str:
+        batches = sum(k.batches for k in self.kinds.values())
+        lines = [
+            f"         CPU in the window: driver Python {self.python_cpu:.1f} s, JVM "
+            f"{self.jvm_cpu:.1f} s over {batches} batches: "
+            f"{self.python_cpu / max(1, batches) * 1000:.0f} + "
+            f"{self.jvm_cpu / max(1, batches) * 1000:.0f} ms per batch"
+        ]
+        for name, kind in self.kinds.items():
+            lines.append(
+                f"         {name:<7} {kind.batches:5} batches, {kind.batch_seconds:6.3f} s each "
+                f"(median of the engine's stages), {kind.epochs_per_batch:5.2f} epochs a batch"
+            )
+        return "\n".join(lines)
 
 
 def _run_size(spark, tables: int, *, warmup: float, seconds: float, interval: float) -> Size:
@@ -152,7 +194,10 @@ def _run_size(spark, tables: int, *, warmup: float, seconds: float, interval: fl
         warehouse = str(Path(tmp) / "warehouse")
         catalog = load_catalog(None, warehouse=warehouse)
         stack.callback(catalog.close)
-        runner = Runner(pipeline, catalog=catalog, warehouse=warehouse, spark=spark)
+        batches = BatchLog()
+        runner = Runner(
+            pipeline, catalog=catalog, warehouse=warehouse, spark=spark, on_batch=batches.on_batch
+        )
         runner.register()
         counter = stack.enter_context(StatementCounter())
         probe = Probe(warehouse, names, interval=0.2)  # its statements: another process's
@@ -163,8 +208,12 @@ def _run_size(spark, tables: int, *, warmup: float, seconds: float, interval: fl
         time.sleep(warmup)
         window = (time.time(), time.time() + seconds)
         counted_before = counter.count
+        cpu = ProcessCpu(spark)
+        cpu_before = (cpu.python(), cpu.jvm())
         time.sleep(seconds)
         statements = counter.count - counted_before
+        python_cpu, jvm_cpu = cpu.python() - cpu_before[0], cpu.jvm() - cpu_before[1]
+        in_window = [r for r in list(batches.records) if window[0] <= r.ended < window[1]]
         finish(feeder, driver, probe)
         with counter.muted():
             issued = [
@@ -180,7 +229,24 @@ def _run_size(spark, tables: int, *, warmup: float, seconds: float, interval: fl
             freshness=tuple(freshness),
             statements_per_epoch=statements / max(1, len(issued)),
             final_coalesced=coalesced / max(1, len(issued)),
+            python_cpu=python_cpu,
+            jvm_cpu=jvm_cpu,
+            kinds=_kinds(in_window),
         )
+
+
+def _kinds(records) -> dict[str, Kind]:
+    kinds: dict[str, list] = {}
+    for record in records:
+        kinds.setdefault(job_kind(record.job), []).append(record)
+    return {
+        name: Kind(
+            batches=len(kind),
+            batch_seconds=median([sum((r.timings or {}).values()) for r in kind]),
+            epochs_per_batch=median([r.epoch - r.first_epoch + 1 for r in kind]),
+        )
+        for name, kind in sorted(kinds.items())
+    }
 
 
 def main() -> None:
@@ -200,7 +266,8 @@ def main() -> None:
         for tables in sizes:
             size = _run_size(spark, tables, warmup=warmup, seconds=seconds, interval=interval)
             measured.append(size)
-            print(size.line(), flush=True)
+            print(size.line())
+            print(size.details(), flush=True)
     base = measured[0]
     print(f"growth against {base.tables} tables:")
     for size in measured[1:]:

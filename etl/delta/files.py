@@ -5,7 +5,8 @@ Spark's Parquet writer writes the rows (Hive-style partition directories; partit
 are not stored in the files, as the Delta protocol says). The driver reads only the files'
 footers, for a small descriptor per file (:class:`DataFile`): path, size, partition values,
 row count and Delta statistics. An output estimated at most :data:`SMALL_OUTPUT_BYTES` with
-at most :data:`SMALL_OUTPUT_ROWS` rows is collected as Arrow in one Spark job instead and
+at most :data:`SMALL_OUTPUT_ROWS` rows is collected as Arrow in one Spark job instead (none
+when Spark's optimizer computed the rows while planning: :mod:`etl.delta.local`) and
 written by pyarrow in the driver, in the same layout: a Spark write costs several times more
 fixed driver work than a collect (commit protocol, staging, listing).
 """
