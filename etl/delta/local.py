@@ -25,6 +25,12 @@ _PYTHON_SQL_UTILS = "org.apache.spark.sql.api.python.PythonSQLUtils"
 _ARROW_CONVERTERS = "org.apache.spark.sql.execution.arrow.ArrowConverters$"
 """Spark's Arrow conversions of rows (a Scala object: its one instance is ``MODULE$``)."""
 _LOCAL_RELATION = "LocalRelation"
+LOCAL_ROWS_BYTES = 512 * 1024
+"""Rows of a local relation that Spark estimates at most this many bytes are taken from
+the plan (:func:`local_rows`); larger ones are collected by a Spark job. They cross Py4J
+as bytes in its text protocol, about 3 us of the driver's Python a row: a job's fixed
+cost is smaller from about 20,000 rows of five columns (an estimate of 1 MB) on
+(bench/RESULTS-issue28.md, session 45)."""
 _BATCH_BYTES = 1 << 30
 """No bound of its own on an Arrow batch's bytes: the rows are already in the driver."""
 
@@ -63,13 +69,14 @@ def local_frame(
 def local_rows(frame: DataFrame, plan=None) -> pa.Table | None:
     """``frame``'s rows as ``frame.toArrow()`` gives them (timestamps in UTC), without a
     Spark job, when its optimized plan (``plan``, a Py4J object, when the caller has it)
-    is a local relation; None when it is not."""
+    is a local relation that Spark estimates at most :data:`LOCAL_ROWS_BYTES`; None
+    otherwise."""
     from py4j.java_gateway import JavaClass
     from pyspark.sql.pandas.types import to_arrow_schema
 
     if plan is None:
         plan = frame._jdf.queryExecution().optimizedPlan()
-    if plan.nodeName() != _LOCAL_RELATION:
+    if plan.nodeName() != _LOCAL_RELATION or estimated_bytes(plan) > LOCAL_ROWS_BYTES:
         return None
     session = frame.sparkSession
     conf = session._jsparkSession.sessionState().conf()
@@ -111,4 +118,4 @@ def estimated_bytes(plan) -> int:
     return int(str(plan.stats().sizeInBytes()))
 
 
-__all__ = ["estimated_bytes", "local_frame", "local_rows"]
+__all__ = ["LOCAL_ROWS_BYTES", "estimated_bytes", "local_frame", "local_rows"]

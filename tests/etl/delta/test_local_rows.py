@@ -5,12 +5,14 @@ column and in any session time zone."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from etl.delta import DRIVER_READ_BYTES, Fence, read_table_sized, write_files
 from etl.delta.files import collect_small
-from etl.delta.local import local_rows
+from etl.delta.local import LOCAL_ROWS_BYTES, estimated_bytes, local_frame, local_rows
 from tests.support.delta_tables import WIDE_COLUMNS, commit_frame_files, wide_rows
 from tests.support.spark_work import SparkCounters
 
@@ -34,6 +36,16 @@ def _small_input(session, wide_table):
     location, version = wide_table
     read = read_table_sized(session, location, version=version, driver_read_bytes=DRIVER_READ_BYTES)
     return read.frame
+
+
+def _local_frame_of(spark, rows: int):
+    """``rows`` rows of two columns as a local relation."""
+    schema = StructType([StructField("id", LongType()), StructField("name", StringType())])
+    arrow = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    batch = pa.record_batch(
+        [pa.array(range(rows)), pa.array([f"name {i}" for i in range(rows)])], schema=arrow
+    )
+    return local_frame(spark, [batch], arrow, schema)
 
 
 def _plan_node(frame) -> str:
@@ -106,3 +118,19 @@ def test_the_row_bound_holds_for_a_local_plan(spark, wide_table):
     assert collect_small(small, 59) is None
     rows = collect_small(small, 60)
     assert rows is not None and rows.num_rows == 60
+
+
+def test_a_large_local_plan_is_collected_by_its_job(spark):
+    """Above LOCAL_ROWS_BYTES the rows cost more across Py4J than a job: the job collects."""
+    counters = SparkCounters(spark)
+    rows = 20_000
+    large = _local_frame_of(spark, rows)
+    plan = large._jdf.queryExecution().optimizedPlan()
+    assert plan.nodeName() == "LocalRelation" and estimated_bytes(plan) > LOCAL_ROWS_BYTES
+    assert local_rows(large) is None
+    before, _ = counters.latest()
+    collected = collect_small(large, rows)
+    assert collected is not None and collected.num_rows == rows
+    assert counters.latest()[0] > before
+    small = _local_frame_of(spark, 100)
+    assert local_rows(small) is not None
