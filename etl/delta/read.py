@@ -60,14 +60,16 @@ FILE_PATH_COLUMN = "__delta_barrier_file"
 ROW_INDEX_COLUMN = "__delta_barrier_row_index"
 """The column :func:`scan` adds with ``with_row_index``: the row's position in its file."""
 
-DRIVER_READ_BYTES = 1024 * 1024
+DRIVER_READ_BYTES = 512 * 1024
 """A batch's input whose files hold at most this many bytes in all (their sizes in the log)
 is read by the driver with pyarrow and given to Spark as a local relation
 (:func:`read_epochs_sized`, :func:`read_table_sized`). A Spark read of a few small
 files costs more than their rows: it resolves the data source, lists the files, copies
-Hadoop's configuration for the read and for each task (two 1,000-row files read, viewed,
-filtered and collected: about 30% less JVM CPU this way; bench/PROFILE-issue28.md). Larger
-scans are read by Spark tasks; this bounds the rows a scan holds in the driver."""
+Hadoop's configuration for the read and for each task. Read, filtered and collected, five
+narrow columns: 10,000 rows (0.18 MB of files) took 175 ms this way and 285 ms through
+Spark's read, 30,000 rows (0.48 MB) 259 and 273 ms, 45,000 rows (0.70 MB) 326 and 226 ms
+(bench/RESULTS-issue28.md, session 45). Larger scans are read by Spark tasks; this
+bounds the rows a scan holds in the driver."""
 
 
 def spark_schema(table: TableVersion):
