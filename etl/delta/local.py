@@ -9,7 +9,6 @@ plan that is a local table scan, where ``toArrow`` would run a Spark job for the
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Sequence
@@ -74,7 +73,6 @@ def local_rows(frame: DataFrame, plan=None) -> pa.Table | None:
     otherwise."""
     from py4j.java_gateway import JavaClass
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
 
     if plan is None:
         plan = frame._jdf.queryExecution().optimizedPlan()
@@ -88,10 +86,9 @@ def local_rows(frame: DataFrame, plan=None) -> pa.Table | None:
     converters = getattr(JavaClass(_ARROW_CONVERTERS, gateway._gateway_client), "MODULE$")
     # Each element is an Arrow IPC stream of its own (schema and one batch), as toArrow's
     # job writes per partition, with the session's time zone, duplicate field names refused.
-    columns = frame._jdf.schema()  # asked once: frame.schema would ask Spark again
     streams = converters.toBatchWithSchemaIterator(
         plan.data().iterator(),
-        columns,
+        frame._jdf.schema(),
         conf.arrowMaxRecordsPerBatch(),
         _BATCH_BYTES,
         conf.sessionLocalTimeZone(),
@@ -105,7 +102,7 @@ def local_rows(frame: DataFrame, plan=None) -> pa.Table | None:
     finally:
         streams.close()
     schema = to_arrow_schema(
-        StructType.fromJson(json.loads(columns.json())),
+        frame.schema,
         error_on_duplicated_field_names_in_struct=True,
         timezone="UTC",
         prefers_large_types=large_types,

@@ -343,11 +343,9 @@ def _read_in_driver(
     target = to_arrow_schema(schema, timezone="UTC")
     partition_by = partition_columns(table)
     partitions = frozenset(partition_by)
-    vectors = (
-        {f.path: f.deletion_vector for f in files if f.deletion_vector is not None}
-        if deletion_vectors
-        else {}
-    )
+    vectors = {f.path: f.deletion_vector for f in files if f.deletion_vector is not None}
+    if not deletion_vectors:
+        vectors = {}
     fs, root = filesystem(location)
     deleted = dict(zip(vectors, read_many(fs, root, list(vectors.values())), strict=True))
     batches: list[pa.RecordBatch] = []
