@@ -18,7 +18,8 @@ size: the targets are p95 within 3x of the ten-table pipeline and statements per
 that grow no faster than the number of tables.
 
 Environment (defaults in brackets): DB_BENCH_SIZES [10,30,100], DB_BENCH_WARMUP [60],
-DB_BENCH_SECONDS [60], DB_BENCH_EPOCH_INTERVAL [2], DB_BENCH_ROWS_PER_SECOND [1000].
+DB_BENCH_SECONDS [60], DB_BENCH_EPOCH_INTERVAL [2], DB_BENCH_ROWS_PER_SECOND [1000],
+DB_BENCH_PARALLEL [runner default] ``max_parallel_jobs``.
 
 Run: ``python -m bench wide_pipeline``.
 """
@@ -196,7 +197,12 @@ def _run_size(spark, tables: int, *, warmup: float, seconds: float, interval: fl
         stack.callback(catalog.close)
         batches = BatchLog()
         runner = Runner(
-            pipeline, catalog=catalog, warehouse=warehouse, spark=spark, on_batch=batches.on_batch
+            pipeline,
+            catalog=catalog,
+            warehouse=warehouse,
+            spark=spark,
+            on_batch=batches.on_batch,
+            max_parallel_jobs=env_int("DB_BENCH_PARALLEL", 0) or None,
         )
         runner.register()
         counter = stack.enter_context(StatementCounter())

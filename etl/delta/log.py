@@ -38,6 +38,7 @@ from etl.delta.dv import DeletionVector
 from etl.delta.layout import filesystem, normalize_location
 from etl.delta.logfile import (
     DELETION_VECTORS,
+    TABLES_KEPT,
     LogSnapshot,
     active_adds,
     app_transactions,
@@ -122,8 +123,6 @@ def loaded_table(
 _KEPT_PER_TABLE = 3
 """Loaded states kept per table: a merge plans on one version while the commit checks the
 latest, and the commit's own check of whether it landed opens a third."""
-_KEPT_TABLES = 64
-"""Tables whose states :func:`loaded_table` keeps (the least recently used is dropped)."""
 _kept_states: OrderedDict[str, list[tuple[DeltaTable, tuple[int, int]]]] = OrderedDict()
 _kept_lock = threading.Lock()
 
@@ -167,7 +166,7 @@ def _keep(location: str, table: DeltaTable, stamp: tuple[int, int] | None) -> No
         states.append((table, stamp))
         if len(states) > _KEPT_PER_TABLE:
             states.remove(min(states, key=lambda s: s[0].version()))
-        while len(_kept_states) > _KEPT_TABLES:
+        while len(_kept_states) > TABLES_KEPT:
             _kept_states.popitem(last=False)
 
 

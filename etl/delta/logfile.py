@@ -278,7 +278,7 @@ def _keep(location: str, version: int, state: _ReplayState) -> _Replay:
             kept = [r for r in _replays.pop(location, ()) if r.version != version]
             kept = sorted([*kept, replayed], key=lambda r: r.version)[-_REPLAYS_PER_TABLE:]
             _replays[location] = kept
-            while len(_replays) > _REPLAYS_KEPT:
+            while len(_replays) > TABLES_KEPT:
                 _replays.pop(next(iter(_replays)))
     return replayed
 
@@ -335,8 +335,11 @@ def entry_stamp(location: str, version: int) -> tuple[int, int] | None:
     return info.mtime_ns, info.size
 
 
-_REPLAYS_KEPT = 64
-"""Tables whose newest replays :func:`_replayed` keeps (the least recently used is dropped)."""
+TABLES_KEPT = 1024
+"""Tables whose newest states a process keeps, here and in :func:`etl.delta.log.loaded_table`
+(the least recently used is dropped): more than a wide pipeline's tables, whose batches
+each read and commit a few of them in turn. With 64, a 100-table pipeline replayed every
+table's log from its checkpoint at each commit."""
 _REPLAYS_PER_TABLE = 3
 """Replays kept per table: a reader of a sealed version, the writer's next commit, and
 its check of whether the commit landed."""
@@ -474,6 +477,7 @@ __all__ = [
     "LOG_DIR",
     "LogEntry",
     "LogSnapshot",
+    "TABLES_KEPT",
     "active_adds",
     "app_transactions",
     "commit_actions",

@@ -167,3 +167,30 @@ def test_the_commits_after_a_version_are_read_without_listing_the_log(tmp_path, 
         assert log_commits(location, after_version=after) == listed[after + 1 :]
     assert log_commits(location, after_version=11) == []
     assert log_commits(str(tmp_path / "nothing"), after_version=3) == []
+
+
+def test_every_table_of_a_wide_pipeline_keeps_its_replay(tmp_path, monkeypatch):
+    """A batch reads and commits a few tables of a pipeline in turn: in a process driving
+    200 tables, the next version of each is replayed from the one kept, not from the log's
+    checkpoint and listing."""
+    from etl.delta import logfile
+
+    first = tmp_path / "t000"
+    for epoch in range(2):
+        files = write_arrow(_typed_rows(epoch), str(first), file_prefix=f"e{epoch}")
+        commit_files(str(first), CommitRequest(files, schema=TYPED, mode="append", fence=FENCE))
+    locations = [str(first)]
+    for i in range(1, 200):
+        shutil.copytree(first, tmp_path / f"t{i:03d}")
+        locations.append(str(tmp_path / f"t{i:03d}"))
+    for location in locations:
+        assert len(log_snapshot(location).adds) == 2
+
+    def refuse(*_args):
+        raise AssertionError("the log was listed: the table's replay was not kept")
+
+    monkeypatch.setattr(logfile, "log_versions", refuse)
+    for location in locations:
+        files = write_arrow(_typed_rows(2), location, file_prefix="e2")
+        commit_files(location, CommitRequest(files, schema=TYPED, mode="append", fence=FENCE))
+    assert all(len(log_snapshot(location, 2).adds) == 3 for location in locations)
