@@ -53,6 +53,7 @@ from bench.freshness_bench import (
     source_and_feeder,
     visible_after_barrier,
 )
+from etl.engine.timing import STAGES
 
 FAN_IN = 5
 """Fan-out tables combined by one fan-in table."""
@@ -139,6 +140,8 @@ class Kind:
     batch_seconds: float
     """Median of the stages the engine timed (read, transform, write, commit, seal)."""
     epochs_per_batch: float
+    stage_seconds: dict[str, float]
+    """Median seconds of each stage, in the engine's order."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,11 @@ class Size:
         for name, kind in self.kinds.items():
             lines.append(
                 f"         {name:<7} {kind.batches:5} batches, {kind.batch_seconds:6.3f} s each "
-                f"(median of the engine's stages), {kind.epochs_per_batch:5.2f} epochs a batch"
+                f"(median of the engine's stages), {kind.epochs_per_batch:5.2f} epochs a batch; "
+                + " ".join(
+                    f"{stage} {secs * 1000:.0f}" for stage, secs in kind.stage_seconds.items()
+                )
+                + " ms"
             )
         return "\n".join(lines)
 
@@ -250,6 +257,11 @@ def _kinds(records) -> dict[str, Kind]:
             batches=len(kind),
             batch_seconds=median([sum((r.timings or {}).values()) for r in kind]),
             epochs_per_batch=median([r.epoch - r.first_epoch + 1 for r in kind]),
+            stage_seconds={
+                stage: median([(r.timings or {}).get(stage, 0.0) for r in kind])
+                for stage in STAGES
+                if any(stage in (r.timings or {}) for r in kind)
+            },
         )
         for name, kind in sorted(kinds.items())
     }

@@ -162,9 +162,19 @@ class SealRequest:
 
 
 @dataclass(frozen=True)
+class ProgressRequest:
+    """One job in :meth:`catalog.states.base.StateStore.jobs_progress`: the table it
+    writes, the tables it reads and its source."""
+
+    output: str
+    inputs: tuple[str, ...] = ()
+    source: str | None = None
+
+
+@dataclass(frozen=True)
 class JobProgress:
     """How far a job's output is, and what its next batches may run over: what planning
-    them reads (:meth:`catalog.states.base.StateStore.job_progress`)."""
+    them reads (:meth:`catalog.states.base.StateStore.jobs_progress`)."""
 
     done_through: int
     """The newest epoch the output has WRITTEN; before its first seal, the epoch before

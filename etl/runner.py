@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -32,8 +32,10 @@ from catalog import (
     Epoch,
     EpochState,
     JobFailureRecord,
+    JobProgress,
     Lease,
     LeaseHeldError,
+    ProgressRequest,
     Revision,
 )
 from consistency import EpochBatch, admission_order, plan_batches
@@ -193,6 +195,31 @@ def undeclared(pipeline: Pipeline, catalog: Catalog, name: str) -> Undeclared:
         if t.name not in declared_tables and t.writer_job not in jobs
     )
     return Undeclared(jobs=jobs, tables=tables)
+
+
+def _batches(job: Job, progress: JobProgress, backlog_threshold: int | None) -> list[EpochBatch]:
+    """The batches ``job`` may run, as ``progress`` shows its output and inputs."""
+    if not progress.issued:
+        return []
+    if any(s.state is EpochState.PROCESSED for s in progress.states[job.output]):
+        # Recovery has run, so a PROCESSED epoch here is one its quality gate blocked:
+        # epochs go in order, the job waits until a rerun lets that one through.
+        return []
+    inputs_written: Mapping[str, list[int]] | None = None
+    if job.inputs:
+        inputs_written = {
+            item.table: [
+                s.epoch for s in progress.states[item.table] if s.state is EpochState.WRITTEN
+            ]
+            for item in job.inputs
+        }
+    return plan_batches(
+        done_through=progress.done_through,
+        issued=progress.issued,
+        inputs_written=inputs_written,
+        backlog_threshold=backlog_threshold,
+        recorded_slices=progress.recorded_slices,
+    )
 
 
 class Runner:
@@ -371,10 +398,9 @@ class Runner:
 
     def remaining(self) -> dict[str, int]:
         """Per job, how many of the pipeline's opened epochs it has not sealed yet."""
-        return {
-            job.name: len(self.catalog.job_progress(job.output).issued)
-            for job in self.pipeline.ordered_jobs()
-        }
+        jobs = self.pipeline.ordered_jobs()
+        progress = self.catalog.jobs_progress([ProgressRequest(job.output) for job in jobs])
+        return {job.name: len(p.issued) for job, p in zip(jobs, progress, strict=True)}
 
     def in_flight(self) -> dict[str, EpochBatch]:
         """The batch each job is running now."""
@@ -387,34 +413,29 @@ class Runner:
         its pipeline's own epochs. ``draining`` (a run told to stop): every pending epoch
         is coalesced, so the epochs left are finished in as few batches as possible.
         ``continuous``: a continuous run's backlog threshold applies (``"auto"``)."""
-        progress = self.catalog.job_progress(
-            job.output,
-            inputs=[i.table for i in job.inputs],
-            source=job.source.name if job.source is not None else None,
+        return self.plan_jobs([job], draining=draining, continuous=continuous)[job.name]
+
+    def plan_jobs(
+        self, jobs: Sequence[Job], *, draining: bool = False, continuous: bool = False
+    ) -> dict[str, list[EpochBatch]]:
+        """:meth:`plan` of each of ``jobs``, read of the catalog in one round trip."""
+        progress = self.catalog.jobs_progress(
+            [
+                ProgressRequest(
+                    job.output,
+                    inputs=tuple(i.table for i in job.inputs),
+                    source=job.source.name if job.source is not None else None,
+                )
+                for job in jobs
+            ]
         )
-        if not progress.issued:
-            return []
-        if any(s.state is EpochState.PROCESSED for s in progress.states[job.output]):
-            # Recovery has run, so a PROCESSED epoch here is one its quality gate blocked:
-            # epochs go in order, the job waits until a rerun lets that one through.
-            return []
-        inputs_written: Mapping[str, list[int]] | None = None
-        if job.inputs:
-            inputs_written = {
-                item.table: [
-                    s.epoch for s in progress.states[item.table] if s.state is EpochState.WRITTEN
-                ]
-                for item in job.inputs
-            }
-        return plan_batches(
-            done_through=progress.done_through,
-            issued=progress.issued,
-            inputs_written=inputs_written,
-            backlog_threshold=1
-            if draining
-            else backlog_threshold_for(self.backlog_threshold, continuous=continuous),
-            recorded_slices=progress.recorded_slices,
+        threshold = (
+            1 if draining else backlog_threshold_for(self.backlog_threshold, continuous=continuous)
         )
+        return {
+            job.name: _batches(job, found, threshold)
+            for job, found in zip(jobs, progress, strict=True)
+        }
 
     def run_pending(self) -> RunResult:
         """Run every job until none has a runnable batch (or it failed or is blocked)."""
@@ -633,31 +654,36 @@ class Runner:
                 if time.monotonic() >= recomputes_checked_at:
                     recomputes_checked_at = time.monotonic() + _RECOMPUTE_CHECK_SECONDS
                     _once_more_if_interrupted(partial(follow_recomputes, busy))
-                for job in jobs:
-                    if (
-                        job.name in busy
-                        or job.name in stopped
-                        or job.name in left
-                        or job.name not in dirty
-                    ):
-                        continue
-                    dirty.discard(job.name)
-                    batches = _once_more_if_interrupted(
+                to_plan = [
+                    job
+                    for job in jobs
+                    if job.name in dirty
+                    and job.name not in busy
+                    and job.name not in stopped
+                    and job.name not in left
+                ]
+                dirty.difference_update(job.name for job in to_plan)
+                planned = (
+                    _once_more_if_interrupted(
                         partial(
-                            self.plan,
-                            job,
+                            self.plan_jobs,
+                            to_plan,
                             draining=draining,
                             continuous=epoch_interval is not None,
                         )
                     )
+                    if to_plan
+                    else {}
+                )
+                for name, batches in planned.items():
                     if batches:
-                        ready[job.name] = batches[0]
+                        ready[name] = batches[0]
                     else:
-                        ready.pop(job.name, None)
+                        ready.pop(name, None)
                     if len(batches) > 1:
-                        more_planned.add(job.name)
+                        more_planned.add(name)
                     else:
-                        more_planned.discard(job.name)
+                        more_planned.discard(name)
                 if giving_up:  # finish what runs, start nothing
                     retry_at.clear()
                     ready.clear()

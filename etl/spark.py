@@ -184,11 +184,13 @@ class BatchSessions:
 
     A new session builds its own state (catalog, analyzer, settings) at its first query:
     about 18 ms of driver JVM CPU, per batch when every batch has a session of its own. A
-    reused session is handed out as a new one would be: without temporary views (all of
-    the session's are dropped) and with :data:`SMALL_BATCH_CONF`'s keys at a new
-    session's values. Only for batches that change nothing else in their session (the
-    engine's own views and settings: a SQL transform's, none); a Python transform may
-    change anything (settings, functions, cached tables) and gets a new session.
+    reused session is handed out without temporary views (all of the session's are
+    dropped); :meth:`size` then gives it :data:`SMALL_BATCH_CONF` or a new session's
+    values of those keys, setting only what its last batch left otherwise (each setting is
+    a Py4J round trip, and most batches are the size of the one before). Only for batches
+    that change nothing else in their session (the engine's own views and settings: a SQL
+    transform's, none); a Python transform may change anything (settings, functions,
+    cached tables) and gets a new session.
 
     One batch at a time per key: a job runs one batch at a time.
     """
@@ -196,10 +198,12 @@ class BatchSessions:
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
         self._sessions: dict[str, tuple[SparkSession, Any, Mapping[str, str]]] = {}
+        self._small: dict[str, bool] = {}
+        """Per key, whether its session has :data:`SMALL_BATCH_CONF` now."""
         self._lock = threading.Lock()
 
     def session(self, key: str) -> SparkSession:
-        """``key``'s session, without temporary views, with a new session's settings."""
+        """``key``'s session, without temporary views (call :meth:`size` before a query)."""
         with self._lock:
             kept = self._sessions.get(key)
             if kept is None:
@@ -208,12 +212,21 @@ class BatchSessions:
                 views = session._jsparkSession.sessionState().catalog()
                 defaults = {k: str(session.conf.get(k)) for k in SMALL_BATCH_CONF}
                 self._sessions[key] = (session, views, defaults)
+                self._small[key] = False
                 return session
-        session, views, settings = kept
+        session, views, _ = kept
         views.clearTempTables()
-        for name, value in settings.items():
-            session.conf.set(name, value)
         return session
+
+    def size(self, key: str, *, small: bool) -> None:
+        """Give ``key``'s session :data:`SMALL_BATCH_CONF` (``small``), else a new session's
+        values of its keys."""
+        session, _, defaults = self._sessions[key]
+        if self._small[key] == small:
+            return
+        for name, value in (SMALL_BATCH_CONF if small else defaults).items():
+            session.conf.set(name, value)
+        self._small[key] = small
 
 
 __all__ = [

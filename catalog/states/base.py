@@ -5,7 +5,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 
-from catalog.models import AttemptFloor, CommitManifest, JobProgress, SealRequest
+from catalog.models import (
+    AttemptFloor,
+    CommitManifest,
+    JobProgress,
+    ProgressRequest,
+    SealRequest,
+)
 from consistency.records import TableEpoch
 
 
@@ -95,19 +101,24 @@ class StateStore(ABC):
         included (0 if none): a replay's attempt is this plus one."""
 
     @abstractmethod
-    def job_progress(
-        self, output: str, *, inputs: Iterable[str] = (), source: str | None = None
-    ) -> JobProgress:
-        """What planning the batches of the job writing ``output`` reads, in one read
-        transaction of a few statements (it runs whenever a batch ends upstream): the
-        newest epoch ``output`` has WRITTEN, the epochs of its pipeline issued after it,
-        the states of ``output`` and of ``inputs`` at those epochs, and the epochs
-        ``source`` has a slice recorded for among them. UnknownTableError for an unknown
-        ``output``.
+    def jobs_progress(self, jobs: Sequence[ProgressRequest]) -> list[JobProgress]:
+        """What planning the batches of each job in ``jobs`` reads (in their order), in one
+        read transaction of a few statements whatever their number (a scheduler plans
+        every job that an ended batch may have made runnable at once): per job, the newest
+        epoch its output has WRITTEN, the epochs of its pipeline issued after it, the
+        states of its output and of its inputs at those epochs, and the epochs its source
+        has a slice recorded for among them. UnknownTableError for an unknown output.
 
         Each statement sees at least what the ones before it saw (on PostgreSQL they need
         not see one snapshot): an epoch issued or sealed meanwhile is planned next time.
         """
+
+    def job_progress(
+        self, output: str, *, inputs: Iterable[str] = (), source: str | None = None
+    ) -> JobProgress:
+        """:meth:`jobs_progress` of one job."""
+        (progress,) = self.jobs_progress([ProgressRequest(output, tuple(inputs), source)])
+        return progress
 
     @abstractmethod
     def attempt_floor(self, tables: Iterable[str], epoch: int) -> AttemptFloor:

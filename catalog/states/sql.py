@@ -15,7 +15,13 @@ from catalog.errors import (
     UnknownEpochError,
     UnknownTableError,
 )
-from catalog.models import AttemptFloor, CommitManifest, JobProgress, SealRequest
+from catalog.models import (
+    AttemptFloor,
+    CommitManifest,
+    JobProgress,
+    ProgressRequest,
+    SealRequest,
+)
 from catalog.schema import (
     commits_table,
     epoch_history_table,
@@ -29,6 +35,30 @@ from catalog.states.base import StateStore
 from catalog.store import SqlStore
 from consistency.records import Epoch, EpochState, TableEpoch
 from consistency.states import check_seal, check_transition
+
+
+def _widest(known: tuple[int, int] | None, wanted: tuple[int, int]) -> tuple[int, int]:
+    """The range (after, through] covering ``known`` and ``wanted``."""
+    if known is None:
+        return wanted
+    return min(known[0], wanted[0]), max(known[1], wanted[1])
+
+
+def _within(
+    name: sa.ColumnElement[Any], epoch: sa.ColumnElement[Any], ranges: dict[str, tuple[int, int]]
+) -> sa.ColumnElement[bool]:
+    """Rows of each name in ``ranges`` at epochs in its range (after, through]: one term per
+    distinct range (the jobs of a run are mostly at the same epochs), each a range scan of
+    the (name, epoch) key."""
+    names_by_range: dict[tuple[int, int], list[str]] = {}
+    for key, bounds in ranges.items():
+        names_by_range.setdefault(bounds, []).append(key)
+    return sa.or_(
+        *(
+            sa.and_(name.in_(names), epoch > after, epoch <= through)
+            for (after, through), names in names_by_range.items()
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -406,59 +436,103 @@ class SqlStateStore(SqlStore, StateStore):
             rows = self._latest_rows(conn, "processed", tables)
         return {row.table_name: self._table_epoch(row) for row in rows}
 
-    def job_progress(
-        self, output: str, *, inputs: Iterable[str] = (), source: str | None = None
-    ) -> JobProgress:
+    def jobs_progress(self, jobs: Sequence[ProgressRequest]) -> list[JobProgress]:
         t, te, e, ss = tables_table, table_epochs_table, epochs_table, source_slices_table
-        names = list(dict.fromkeys([output, *inputs]))
-        # One backward descent of ix_table_epochs_state, as in latest_written.
+        outputs = list(dict.fromkeys(job.output for job in jobs))
+        if not outputs:
+            return []
+        # One backward descent of ix_table_epochs_state per output, as in latest_written.
         written = (
             sa.select(sa.func.max(te.c.epoch))
             .where(te.c.table_name == t.c.name, te.c.state == EpochState.WRITTEN.value)
             .scalar_subquery()
         )
-        states: dict[str, list[TableEpoch]] = {name: [] for name in names}
-        recorded: tuple[int, ...] = ()
         with self._read() as conn:
-            row = conn.execute(
-                sa.select(t.c.pipeline, t.c.first_epoch, written.label("written")).where(
-                    t.c.name == output
+            found = {
+                row.name: row
+                for row in conn.execute(
+                    sa.select(
+                        t.c.name, t.c.pipeline, t.c.first_epoch, written.label("written")
+                    ).where(t.c.name.in_(outputs))
                 )
-            ).first()
-            if row is None:
-                raise UnknownTableError(output)
-            done = row.first_epoch - 1 if row.written is None else row.written
-            issued = tuple(
-                conn.execute(
-                    sa.select(e.c.id)
-                    .where(e.c.pipeline == row.pipeline, e.c.id > done)
-                    .order_by(e.c.id)
-                ).scalars()
-            )
-            if issued:
-                rows = conn.execute(
-                    sa.select(te)
-                    .where(te.c.table_name.in_(names), te.c.epoch > done, te.c.epoch <= issued[-1])
-                    .order_by(te.c.epoch)
+            }
+            unknown = [name for name in outputs if name not in found]
+            if unknown:
+                raise UnknownTableError(unknown[0])
+            done = {
+                name: row.first_epoch - 1 if row.written is None else row.written
+                for name, row in found.items()
+            }
+            after_by_pipeline: dict[str, int] = {}
+            for name, row in found.items():
+                after = after_by_pipeline.get(row.pipeline)
+                after_by_pipeline[row.pipeline] = (
+                    done[name] if after is None else min(after, done[name])
                 )
-                for state in rows:
-                    states[state.table_name].append(self._table_epoch(state))
-                if source is not None:
-                    recorded = tuple(
-                        conn.execute(
-                            sa.select(ss.c.epoch)
-                            .where(
-                                ss.c.source == source, ss.c.epoch > done, ss.c.epoch <= issued[-1]
-                            )
-                            .order_by(ss.c.epoch)
-                        ).scalars()
+            issued_by_pipeline: dict[str, list[int]] = {p: [] for p in after_by_pipeline}
+            for epoch, pipeline in conn.execute(
+                sa.select(e.c.id, e.c.pipeline)
+                .where(
+                    sa.or_(
+                        *(
+                            sa.and_(e.c.pipeline == pipeline, e.c.id > after)
+                            for pipeline, after in after_by_pipeline.items()
+                        )
                     )
-        return JobProgress(
-            done_through=done,
-            issued=issued,
-            states={name: tuple(found) for name, found in states.items()},
-            recorded_slices=recorded,
-        )
+                )
+                .order_by(e.c.id)
+            ):
+                issued_by_pipeline[pipeline].append(epoch)
+            issued = {
+                name: tuple(i for i in issued_by_pipeline[row.pipeline] if i > done[name])
+                for name, row in found.items()
+            }
+            # Per table and per source, the epochs some job asks for (each job's own range
+            # is cut out of them below).
+            table_ranges: dict[str, tuple[int, int]] = {}
+            source_ranges: dict[str, tuple[int, int]] = {}
+            for job in jobs:
+                if not issued[job.output]:
+                    continue
+                wanted = (done[job.output], issued[job.output][-1])
+                for name in (job.output, *job.inputs):
+                    table_ranges[name] = _widest(table_ranges.get(name), wanted)
+                if job.source is not None:
+                    source_ranges[job.source] = _widest(source_ranges.get(job.source), wanted)
+            states: dict[str, list[TableEpoch]] = {name: [] for name in table_ranges}
+            if table_ranges:
+                for row in conn.execute(
+                    sa.select(te)
+                    .where(_within(te.c.table_name, te.c.epoch, table_ranges))
+                    .order_by(te.c.epoch)
+                ):
+                    states[row.table_name].append(self._table_epoch(row))
+            slices: dict[str, list[int]] = {source: [] for source in source_ranges}
+            if source_ranges:
+                for source, epoch in conn.execute(
+                    sa.select(ss.c.source, ss.c.epoch)
+                    .where(_within(ss.c.source, ss.c.epoch, source_ranges))
+                    .order_by(ss.c.epoch)
+                ):
+                    slices[source].append(epoch)
+        progress = []
+        for job in jobs:
+            first, epochs = done[job.output], issued[job.output]
+            last = epochs[-1] if epochs else first
+            progress.append(
+                JobProgress(
+                    done_through=first,
+                    issued=epochs,
+                    states={
+                        name: tuple(s for s in states.get(name, ()) if first < s.epoch <= last)
+                        for name in dict.fromkeys([job.output, *job.inputs])
+                    },
+                    recorded_slices=()
+                    if job.source is None
+                    else tuple(e for e in slices.get(job.source, ()) if first < e <= last),
+                )
+            )
+        return progress
 
     def get_commit(self, epoch: int) -> CommitManifest | None:
         with self._read() as conn:

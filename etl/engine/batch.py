@@ -79,14 +79,13 @@ def _names(sql: str, table: str) -> bool:
     )
 
 
-def _size_session(session: SparkSession, inputs: Mapping[str, TableRead]) -> None:
-    """Small input tables (by the bytes of the files each input reads, as the log gives
-    them: what Spark's optimizer estimates the scans at, without planning them) run with
-    the small-batch settings; large inputs keep Spark's defaults. A source job asks its
-    source instead (``Source.slice_bytes``): a Kafka slice's plan (a range of tasks
-    expanded by mapInArrow) is estimated at a few bytes whatever it reads."""
-    if sum(read.bytes for read in inputs.values()) <= SMALL_BATCH_BYTES:
-        configure_small_batch(session)
+def _small_inputs(inputs: Mapping[str, TableRead]) -> bool:
+    """Whether a batch's input tables are small enough for the small-batch settings (by the
+    bytes of the files each input reads, as the log gives them: what Spark's optimizer
+    estimates the scans at, without planning them); large inputs keep Spark's defaults. A
+    source job asks its source instead (``Source.slice_bytes``): a Kafka slice's plan (a
+    range of tasks expanded by mapInArrow) is estimated at a few bytes whatever it reads."""
+    return sum(read.bytes for read in inputs.values()) <= SMALL_BATCH_BYTES
 
 
 def previous_output(session: SparkSession, location: str, version: int) -> DataFrame:
@@ -298,6 +297,14 @@ class EpochEngine:
         except Exception as exc:
             raise JobExecutionError(job=job.name, epoch=batch.last, cause=exc) from exc
 
+    def _size(self, job: Job, session: SparkSession, *, small: bool) -> None:
+        """The small-batch settings for a batch of ``job`` in ``session`` (or not)."""
+        if callable(job.transform):  # a new session: Spark's settings
+            if small:
+                configure_small_batch(session)
+        else:
+            self._sessions.size(job.name, small=small)
+
     def _run_batch(
         self, job: Job, batch: EpochBatch, lease: Lease, check_lease: LeaseCheck | None
     ) -> BatchResult:
@@ -325,8 +332,7 @@ class EpochEngine:
                 bounds = self._slice_bounds(job, batch, epoch.barrier_ts, lease)
                 parts = job.source.micro_batches(bounds)
                 size = job.source.slice_bytes(bounds)
-                if size is not None and size <= SMALL_BATCH_BYTES:
-                    configure_small_batch(session)
+                self._size(job, session, small=size is not None and size <= SMALL_BATCH_BYTES)
             copies = job.transform is None and job.mode == "append" and not writer.resumed
             for index, part in enumerate(parts):
                 final = index == len(parts) - 1
@@ -375,7 +381,7 @@ class EpochEngine:
                     return replace(self._seal_idle(writer), timings=clock.totals())
                 self._computed.pop(job.name, None)
                 reads = self._read_inputs_sized(job, batch, session, versions)
-                _size_session(session, reads)
+                self._size(job, session, small=_small_inputs(reads))
             with clock.stage("transform"):
                 rows, per_epoch = self.transform(
                     job,

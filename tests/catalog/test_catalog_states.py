@@ -9,6 +9,7 @@ from catalog import (
     EpochStateError,
     JobProgress,
     JobSpec,
+    ProgressRequest,
     SealRequest,
     StaleLeaseError,
     TableSpec,
@@ -558,12 +559,51 @@ def test_job_progress_is_what_planning_reads(chain, tmp_path):
         catalog.job_progress("nope")
 
 
+def test_jobs_progress_is_each_jobs_progress_in_one_read(chain, tmp_path):
+    """Jobs at different epochs, of two pipelines, with and without a source: each gets
+    exactly what job_progress gives it alone, in the order asked."""
+    catalog = chain.catalog
+    assert catalog.jobs_progress([]) == []
+    catalog.register_table(TableSpec("orders", str(tmp_path / "orders"), pipeline="sales"))
+    catalog.register_table(TableSpec("tallies", str(tmp_path / "tallies"), pipeline="sales"))
+    e1, e2, e3, e4 = open_epochs(chain, 4)
+    s1, s2 = (catalog.open_epoch(pipeline="sales").id for _ in range(2))
+    reader = {"job": "ingest", "generation": chain.ingest.generation}
+    for epoch in (e1, e2, e3):
+        catalog.record_slice("words", epoch, {"to": epoch}, **reader)
+    seal_ingest(chain, e1, 1)
+    seal_ingest(chain, e2, 2)
+    processed(chain, "raw", e3, 3)
+    seal_count(chain, e1, 1)
+    requests = [
+        ProgressRequest("counts", inputs=("raw",)),
+        ProgressRequest("orders"),
+        ProgressRequest("raw", source="words"),
+        ProgressRequest("tallies", inputs=("orders", "raw")),
+        ProgressRequest("rejects"),
+        ProgressRequest("counts", inputs=("raw", "rejects")),
+    ]
+    alone = [catalog.job_progress(r.output, inputs=r.inputs, source=r.source) for r in requests]
+    assert catalog.jobs_progress(requests) == alone
+    assert [p.issued for p in alone] == [(e2, e3, e4), (s1, s2), (e3, e4), (s1, s2)] + [
+        (e3, e4),
+        (e2, e3, e4),
+    ]
+    assert [s.epoch for s in alone[0].states["raw"]] == [e2, e3]
+    assert alone[5].states["rejects"] == (
+        catalog.table_epoch("rejects", e2),
+    )  # only the epochs after counts' own
+    assert alone[2].recorded_slices == (e3,) and alone[0].recorded_slices == ()
+    with pytest.raises(UnknownTableError, match="nope"):
+        catalog.jobs_progress([requests[0], ProgressRequest("nope")])
+
+
 def test_job_progress_is_one_read_of_a_few_statements(chain):
     import sqlalchemy as sa
 
     catalog = chain.catalog
 
-    def statements() -> list[str]:
+    def statements(read=lambda: catalog.job_progress("raw", inputs=["counts"], source="words")):
         seen: list[str] = []
 
         # Every engine of the catalog (PostgreSQL reads on an autocommit one).
@@ -572,7 +612,7 @@ def test_job_progress_is_one_read_of_a_few_statements(chain):
 
         sa.event.listen(sa.engine.Engine, "before_cursor_execute", count)
         try:
-            catalog.job_progress("raw", inputs=["counts"], source="words")
+            read()
         finally:
             sa.event.remove(sa.engine.Engine, "before_cursor_execute", count)
         return seen
@@ -588,4 +628,10 @@ def test_job_progress_is_one_read_of_a_few_statements(chain):
     # The output and its WRITTEN, the epochs, the states, the slices: SQLite adds its BEGIN
     # (every read is a transaction there); PostgreSQL reads one statement at a time.
     assert seen.count("BEGIN") <= 1 and len(seen) - seen.count("BEGIN") == 4, seen
+    # As many for every job of a pipeline at once.
+    many = [ProgressRequest("raw", inputs=("counts",), source="words")] + [
+        ProgressRequest("counts", inputs=("raw", "rejects")),
+        ProgressRequest("rejects", inputs=("raw",)),
+    ] * 20
+    assert statements(lambda: catalog.jobs_progress(many)) == seen
     assert len(few) <= len(seen), few

@@ -4,14 +4,15 @@ A new session costs its first query the building of its state; the engine reuses
 job whose batches change nothing in it but the views and the small-batch settings (SQL
 transforms, none). Nothing of one batch may reach the next: no temporary view (a view of
 the job's output registered by one batch and not the next would be read stale), and the
-settings of a new session, not the small-batch ones of the batch before.
+settings its size asks for: a new session's after a small batch, not the small-batch ones
+of the batch before.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from etl.spark import SMALL_BATCH_CONF, BatchSessions, configure_small_batch
+from etl.spark import SMALL_BATCH_CONF, BatchSessions
 
 
 @pytest.fixture
@@ -37,18 +38,20 @@ def test_a_reused_session_has_none_of_the_last_batchs_views(spark, sessions):
         second.sql("SELECT * FROM previous_output").collect()
 
 
-def test_a_reused_session_has_a_new_sessions_settings_after_a_small_batch(spark, sessions):
+def test_a_reused_session_has_the_settings_of_its_batchs_size(spark, sessions):
     own = _settings(spark)  # the suite's shared session: other tests may have set some
     new = _settings(spark.newSession())
     assert new != SMALL_BATCH_CONF  # the test session keeps Spark's own settings
     first = sessions.session("job")
     assert _settings(first) == new
-    configure_small_batch(first)
+    sessions.size("job", small=True)
     assert _settings(first) == SMALL_BATCH_CONF
 
-    second = sessions.session("job")
-    assert second is first
-    assert _settings(second) == new
+    for small in (True, False, False, True, False):
+        again = sessions.session("job")
+        assert again is first
+        sessions.size("job", small=small)
+        assert _settings(again) == (SMALL_BATCH_CONF if small else new), small
     # The session the job was built from is untouched.
     assert _settings(spark) == own
 
@@ -58,5 +61,7 @@ def test_each_job_has_a_session_of_its_own(spark, sessions):
     assert one is not other
     one.range(1).createOrReplaceTempView("only_in_a")
     assert not other.catalog.tableExists("only_in_a")
-    configure_small_batch(one)
+    sessions.size("a", small=True)
+    sessions.size("b", small=False)
+    assert _settings(one) == SMALL_BATCH_CONF
     assert _settings(other) == _settings(spark.newSession())

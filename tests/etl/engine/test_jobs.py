@@ -439,6 +439,38 @@ def test_a_batch_over_small_input_tables_runs_with_the_small_batch_settings_on_i
     assert env.rows("looked", "customer", "total") == [("c0", 9.0), ("c1", 12.0), ("c2", 15.0)]
 
 
+def test_a_sql_jobs_reused_session_has_the_settings_of_each_batchs_size(
+    tmp_path, spark, monkeypatch
+):
+    """A SQL job's batches share one session: a large batch after a small one runs with
+    Spark's settings again, and a small one after it with the small-batch ones."""
+    import etl.engine.batch as batch_module
+
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    pipeline.sql(
+        "flag",
+        output="flags",
+        # Spark substitutes the session's setting into the query when it parses it.
+        query="SELECT max(id) AS last_id, '${spark.sql.adaptive.enabled}' AS adaptive FROM orders",
+        inputs=["orders"],
+        mode="append",
+    )
+    env = Env(tmp_path, spark, pipeline)
+    default = spark.newSession().conf.get("spark.sql.adaptive.enabled")
+    for i, small in enumerate((True, False, False, True, False), start=1):
+        monkeypatch.setattr(batch_module, "SMALL_BATCH_BYTES", 8 * 1024 * 1024 if small else 0)
+        env.drop([{"id": i, "customer": "a", "amount": 1.0}])
+        assert env.runner.run_once().ok
+    assert env.rows("flags", "last_id", "adaptive") == [
+        (1, "false"),
+        (2, default),
+        (3, default),
+        (4, "false"),
+        (5, default),
+    ]
+    assert default == "true"
+
+
 def test_a_source_job_runs_with_the_small_batch_settings_when_its_source_knows_the_slice_is_small(
     tmp_path, spark, monkeypatch
 ):
