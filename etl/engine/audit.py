@@ -48,15 +48,15 @@ def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditV
     whose quarantine commit is already in the log, the gate's recorded verdict stands: it
     is not validated again on the cleaned rows.
     """
-    job, batch, catalog = writer.job, writer.batch, writer.catalog
-    location = catalog.get_table(job.output).location
+    job, batch = writer.job, writer.batch
+    location = writer.location(job.output)
     if writer.resumed:
         finished = _finished_audit(writer, gate, written)
         if finished is not None:
             return finished
     version = written.versions.get(job.output)
     if version is None:
-        version = current_version(catalog, job.output)
+        version = current_version(location, job.output)
     session = writer.spark.newSession()
     rows = read_epochs(
         session, location, version=version, first_epoch=batch.first, last_epoch=batch.last
@@ -68,7 +68,7 @@ def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditV
         return AuditVerdict(written, blocked_reason=outcome.blocked_reason)
     if outcome.quarantined is None or outcome.passing is None:
         return AuditVerdict(_with_quarantine_table(writer, gate, rows, written))
-    quarantine_location = catalog.get_table(gate.quarantine_table).location
+    quarantine_location = writer.location(gate.quarantine_table)
     if not outcome.quarantined_count and table_version(quarantine_location) is not None:
         return AuditVerdict(written)
 
@@ -96,7 +96,7 @@ def audit(writer: EpochWriter, gate: QualityGate, written: BatchWrite) -> AuditV
     restore_table(
         location,
         to_version=base,
-        planned_at=current_version(catalog, job.output),
+        planned_at=current_version(location, job.output),
         fence=writer.fence,
         metadata={META_JOB: job.name, META_ROLLBACK_OF: str(batch.last)},
     )
@@ -120,7 +120,7 @@ def _with_quarantine_table(
     version yet (a ``block`` or ``warn`` gate's, or any gate's blocked first epoch): a side
     output is sealed with its output at every epoch, at a version."""
     table = gate.quarantine_table
-    if table_version(writer.catalog.get_table(table).location) is not None:
+    if table_version(writer.location(table)) is not None:
         return written
     return writer.write(
         written,

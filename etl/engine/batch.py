@@ -507,7 +507,7 @@ class EpochEngine:
         for table in self.pipeline.tables_of(job):
             version = written.versions.get(table)
             if version is None:
-                version = current_version(self.catalog, table)
+                version = current_version(writer.location(table), table)
             # A batch counts the rows it commits; recovery seals what an earlier run
             # committed, so it counts them in the table.
             rows = (

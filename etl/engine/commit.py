@@ -490,9 +490,10 @@ def _adds_columns(schema_json: str, rows: pa.Schema) -> bool:
     return any(name not in known for name in rows.names)
 
 
-def current_version(catalog: Catalog, table: str) -> int:
-    """The table's latest Delta version; it must have one (it is about to be sealed)."""
-    version = table_version(catalog.get_table(table).location)
+def current_version(location: str, table: str) -> int:
+    """The latest Delta version of ``table`` (at ``location``); it must have one (it is
+    about to be sealed)."""
+    version = table_version(location)
     if version is None:
         raise InternalError(f"table {table!r} has no Delta version to seal at")
     return version
