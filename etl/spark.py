@@ -167,8 +167,13 @@ SMALL_BATCH_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     # - and with adaptive execution off, a shuffle runs this many tasks (and, written by
-    #   Spark, as many files): one is enough for a few megabytes.
+    #   Spark, as many files): one is enough for a few megabytes;
     "spark.sql.shuffle.partitions": "1",
+    # - a local relation (an input the driver read) is split into a task per core, so a
+    #   union of 17 of them was 34 tasks before an aggregate's shuffle: one each
+    #   (bench/RESULTS-issue28.md, session 46: 148 -> 100 ms, 272 -> 178 ms of JVM CPU for
+    #   a group-by over 17 small inputs). File scans of these few megabytes read in one task.
+    "spark.sql.leafNodeDefaultParallelism": "1",
 }
 
 
@@ -197,7 +202,7 @@ class BatchSessions:
 
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
-        self._sessions: dict[str, tuple[SparkSession, Any, Mapping[str, str]]] = {}
+        self._sessions: dict[str, tuple[SparkSession, Any, Mapping[str, str | None]]] = {}
         self._small: dict[str, bool] = {}
         """Per key, whether its session has :data:`SMALL_BATCH_CONF` now."""
         self._lock = threading.Lock()
@@ -210,7 +215,8 @@ class BatchSessions:
                 session = self._spark.newSession()
                 # The session's catalog of temporary views (one py4j round trip to clear).
                 views = session._jsparkSession.sessionState().catalog()
-                defaults = {k: str(session.conf.get(k)) for k in SMALL_BATCH_CONF}
+                # None: a setting without a default value, unset in a new session.
+                defaults = {k: session.conf.get(k) for k in SMALL_BATCH_CONF}
                 self._sessions[key] = (session, views, defaults)
                 self._small[key] = False
                 return session
@@ -225,7 +231,10 @@ class BatchSessions:
         if self._small[key] == small:
             return
         for name, value in (SMALL_BATCH_CONF if small else defaults).items():
-            session.conf.set(name, value)
+            if value is None:
+                session.conf.unset(name)
+            else:
+                session.conf.set(name, value)
         self._small[key] = small
 
 

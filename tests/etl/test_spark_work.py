@@ -26,6 +26,7 @@ class SparkWork:
     jobs: int
     executions: int
     planning: int
+    tasks: int
 
 
 def _chain(incoming: Path) -> Pipeline:
@@ -69,7 +70,12 @@ def _work_per_batch(tmp_path: Path, spark, epochs: int) -> dict[str, list[SparkW
         planning = sum(n for name, n in calls.items() if name in PLANNING_CALLS)
         after_jobs, after_executions = counters.latest()
         work.setdefault(job.name, []).append(
-            SparkWork(after_jobs - jobs, after_executions - executions, planning)
+            SparkWork(
+                after_jobs - jobs,
+                after_executions - executions,
+                planning,
+                counters.tasks(jobs, after_jobs),
+            )
         )
         return result
 
@@ -93,6 +99,7 @@ def test_a_batch_asks_spark_for_one_job_and_few_plans(tmp_path, spark):
             jobs=max(w.jobs for w in batches),
             executions=max(w.executions for w in batches),
             planning=max(w.planning for w in batches),
+            tasks=max(w.tasks for w in batches),
         )
         for job, batches in work.items()
     }
@@ -107,10 +114,12 @@ def test_a_batch_asks_spark_for_one_job_and_few_plans(tmp_path, spark):
     # plan a read for (session 44: one `parquet` call less). Before session 35: 8 or 9
     # (inputs estimated by Spark, output estimated apart from the collect, no-op
     # projection and filter of the read).
+    # Tasks: a small batch's local relations are one partition each (session 46: the
+    # merge's aggregate over its input ran three tasks, a map task per core).
     assert most == {
-        "ingest": SparkWork(jobs=1, executions=1, planning=4),
-        "clean": SparkWork(jobs=0, executions=1, planning=5),
-        "latest": SparkWork(jobs=1, executions=2, planning=5),
-        "ranked": SparkWork(jobs=0, executions=1, planning=5),
-        "doubled": SparkWork(jobs=0, executions=0, planning=4),
+        "ingest": SparkWork(jobs=1, executions=1, planning=4, tasks=1),
+        "clean": SparkWork(jobs=0, executions=1, planning=5, tasks=0),
+        "latest": SparkWork(jobs=1, executions=2, planning=5, tasks=2),
+        "ranked": SparkWork(jobs=0, executions=1, planning=5, tasks=0),
+        "doubled": SparkWork(jobs=0, executions=0, planning=4, tasks=0),
     }, most

@@ -54,6 +54,16 @@ class SparkCounters:
         )
         return max(jobs, default=-1), newest
 
+    def tasks(self, after_job: int, through_job: int) -> int:
+        """The tasks of the stages of Spark jobs ``after_job`` + 1 to ``through_job``."""
+        count = 0
+        for job in range(after_job + 1, through_job + 1):
+            info = self._tracker.getJobInfo(job)
+            for stage in info.stageIds if info is not None else ():
+                stage_info = self._tracker.getStageInfo(stage)
+                count += stage_info.numTasks if stage_info is not None else 0
+        return count
+
 
 @contextmanager
 def py4j_calls() -> Iterator[Counter[str]]:

@@ -20,7 +20,8 @@ def sessions(spark) -> BatchSessions:
     return BatchSessions(spark)
 
 
-def _settings(session) -> dict[str, str]:
+def _settings(session) -> dict[str, str | None]:
+    """The values in effect (a setting's default when it is not set; None: none)."""
     return {key: session.conf.get(key) for key in SMALL_BATCH_CONF}
 
 

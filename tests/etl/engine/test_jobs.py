@@ -460,7 +460,8 @@ def test_a_sql_jobs_reused_session_has_the_settings_of_each_batchs_size(
     for i, small in enumerate((True, False, False, True, False), start=1):
         monkeypatch.setattr(batch_module, "SMALL_BATCH_BYTES", 8 * 1024 * 1024 if small else 0)
         env.drop([{"id": i, "customer": "a", "amount": 1.0}])
-        assert env.runner.run_once().ok
+        result = env.runner.run_once()
+        assert result.ok, result.failures
     assert env.rows("flags", "last_id", "adaptive") == [
         (1, "false"),
         (2, default),
