@@ -528,6 +528,18 @@ def test_table_status_costs_a_fixed_number_of_queries(chain):
     assert statements() == few
 
 
+def sliced_sealed_and_counted(chain, e1, e2, e3):
+    """Slices recorded for the three epochs, ingest sealed at the first two and PROCESSED
+    at the third, count sealed at the first."""
+    reader = {"job": "ingest", "generation": chain.ingest.generation}
+    for epoch in (e1, e2, e3):
+        chain.catalog.record_slice("words", epoch, {"to": epoch}, **reader)
+    seal_ingest(chain, e1, 1)
+    seal_ingest(chain, e2, 2)
+    processed(chain, "raw", e3, 3)
+    seal_count(chain, e1, 1)
+
+
 def test_job_progress_is_what_planning_reads(chain, tmp_path):
     catalog = chain.catalog
     assert catalog.job_progress("counts", inputs=["raw"]) == JobProgress(
@@ -537,13 +549,7 @@ def test_job_progress_is_what_planning_reads(chain, tmp_path):
     # Another pipeline's epochs are never a job's.
     catalog.register_table(TableSpec("orders", str(tmp_path / "orders"), pipeline="sales"))
     catalog.open_epoch(pipeline="sales")
-    reader = {"job": "ingest", "generation": chain.ingest.generation}
-    for epoch in (e1, e2, e3):
-        catalog.record_slice("words", epoch, {"to": epoch}, **reader)
-    seal_ingest(chain, e1, 1)
-    seal_ingest(chain, e2, 2)
-    processed(chain, "raw", e3, 3)
-    seal_count(chain, e1, 1)
+    sliced_sealed_and_counted(chain, e1, e2, e3)
 
     counts = catalog.job_progress("counts", inputs=["raw"])
     assert (counts.done_through, counts.issued, counts.recorded_slices) == (e1, (e2, e3, e4), ())
@@ -568,13 +574,7 @@ def test_jobs_progress_is_each_jobs_progress_in_one_read(chain, tmp_path):
     catalog.register_table(TableSpec("tallies", str(tmp_path / "tallies"), pipeline="sales"))
     e1, e2, e3, e4 = open_epochs(chain, 4)
     s1, s2 = (catalog.open_epoch(pipeline="sales").id for _ in range(2))
-    reader = {"job": "ingest", "generation": chain.ingest.generation}
-    for epoch in (e1, e2, e3):
-        catalog.record_slice("words", epoch, {"to": epoch}, **reader)
-    seal_ingest(chain, e1, 1)
-    seal_ingest(chain, e2, 2)
-    processed(chain, "raw", e3, 3)
-    seal_count(chain, e1, 1)
+    sliced_sealed_and_counted(chain, e1, e2, e3)
     requests = [
         ProgressRequest("counts", inputs=("raw",)),
         ProgressRequest("orders"),
