@@ -93,6 +93,39 @@ def latest_statements(dialect: Dialect) -> dict[LatestQuery, sa.Select[Any]]:
     }
 
 
+def _commit_states() -> sa.Select[Any]:
+    """The state at ``:epoch`` of every active table of ``:pipeline`` responsible for it,
+    and whether its COMMIT is recorded already: one statement."""
+    t, te, c = tables_table, table_epochs_table, commits_table
+    epoch = sa.bindparam("epoch", type_=te.c.epoch.type)
+    return (
+        sa.select(
+            t.c.name,
+            te.c.state,
+            te.c.delta_version,
+            sa.exists().where(c.c.epoch == epoch).label("committed"),
+        )
+        .select_from(t.outerjoin(te, sa.and_(te.c.table_name == t.c.name, te.c.epoch == epoch)))
+        .where(
+            t.c.pipeline == sa.bindparam("pipeline", type_=t.c.pipeline.type),
+            t.c.retired_at.is_(None),
+            t.c.first_epoch <= epoch,
+        )
+    )
+
+
+# Lookups of every batch, built once (building a statement costs more of the driver's CPU
+# than running it); parameters bound by name.
+_TABLE_ROW = sa.select(tables_table).where(tables_table.c.name == sa.bindparam("name"))
+_JOB_ROW = sa.select(jobs_table).where(jobs_table.c.name == sa.bindparam("name"))
+_EPOCH_ROW = sa.select(epochs_table).where(epochs_table.c.id == sa.bindparam("epoch"))
+_LEASE_GENERATION = sa.select(leases_table.c.generation).where(
+    leases_table.c.job == sa.bindparam("job")
+)
+_COMMIT_STATES = _commit_states()
+_INSERT_COMMIT = commits_table.insert()
+
+
 class SqlStore:
     """The base of the catalog's SQL stores: transactions on the catalog's database, and
     the rows more than one store reads."""
@@ -136,7 +169,7 @@ class SqlStore:
     def _table_row(
         self, conn: sa.Connection, name: str, *, job: str | None = None, missing_ok: bool = False
     ) -> Any:
-        row = conn.execute(sa.select(tables_table).where(tables_table.c.name == name)).first()
+        row = conn.execute(_TABLE_ROW, {"name": name}).first()
         if row is None and not missing_ok:
             raise UnknownTableError(name, job=job)
         return row
@@ -145,7 +178,7 @@ class SqlStore:
 
     @staticmethod
     def _job_row(conn: sa.Connection, name: str, *, missing_ok: bool = False) -> Any:
-        row = conn.execute(sa.select(jobs_table).where(jobs_table.c.name == name)).first()
+        row = conn.execute(_JOB_ROW, {"name": name}).first()
         if row is None and not missing_ok:
             raise UnknownJobError(name)
         return row
@@ -164,7 +197,7 @@ class SqlStore:
 
     @staticmethod
     def _epoch_row(conn: sa.Connection, epoch: int) -> Any:
-        row = conn.execute(sa.select(epochs_table).where(epochs_table.c.id == epoch)).first()
+        row = conn.execute(_EPOCH_ROW, {"epoch": epoch}).first()
         if row is None:
             raise UnknownEpochError(epoch)
         return row
@@ -189,22 +222,7 @@ class SqlStore:
         """Record epoch ``epoch_row`` COMMIT if every active table of its pipeline
         responsible for it has it WRITTEN (and it is not recorded yet)."""
         epoch = epoch_row.id
-        t, te, c = tables_table, table_epochs_table, commits_table
-        # One statement: the tables' states, and whether the COMMIT is recorded already.
-        rows = conn.execute(
-            sa.select(
-                t.c.name,
-                te.c.state,
-                te.c.delta_version,
-                sa.exists().where(c.c.epoch == epoch).label("committed"),
-            )
-            .select_from(t.outerjoin(te, sa.and_(te.c.table_name == t.c.name, te.c.epoch == epoch)))
-            .where(
-                t.c.pipeline == epoch_row.pipeline,
-                t.c.retired_at.is_(None),
-                t.c.first_epoch <= epoch,
-            )
-        ).all()
+        rows = conn.execute(_COMMIT_STATES, {"epoch": epoch, "pipeline": epoch_row.pipeline}).all()
         if rows and rows[0].committed:
             return None
         states = {row.name: None if row.state is None else EpochState(row.state) for row in rows}
@@ -218,20 +236,19 @@ class SqlStore:
             pipeline=epoch_row.pipeline,
         )
         conn.execute(
-            commits_table.insert().values(
-                epoch=epoch,
-                versions=json_text(manifest.versions),
-                barrier_ts=manifest.barrier_ts,
-                committed_at=now,
-                pipeline=manifest.pipeline,
-            )
+            _INSERT_COMMIT,
+            {
+                "epoch": epoch,
+                "versions": json_text(manifest.versions),
+                "barrier_ts": manifest.barrier_ts,
+                "committed_at": now,
+                "pipeline": manifest.pipeline,
+            },
         )
         return manifest
 
     def _check_lease(self, conn: sa.Connection, job: str, generation: int) -> None:
-        current = conn.execute(
-            sa.select(leases_table.c.generation).where(leases_table.c.job == job)
-        ).scalar_one_or_none()
+        current = conn.execute(_LEASE_GENERATION, {"job": job}).scalar_one_or_none()
         if current != generation:
             raise StaleLeaseError(job=job, generation=generation, current_generation=current)
 

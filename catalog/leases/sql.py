@@ -17,6 +17,16 @@ from catalog.models import Lease, RenewedLeases
 from catalog.schema import leases_table
 from catalog.store import SqlStore
 
+# A runner renews the leases of all its jobs every few seconds: two statements, built once.
+_LEASES_OF = sa.select(leases_table).where(
+    leases_table.c.job.in_(sa.bindparam("jobs", expanding=True))
+)
+_EXTEND_LEASE = (
+    leases_table.update()
+    .where(leases_table.c.job == sa.bindparam("key_job"))
+    .values(expires_at=sa.bindparam("expires_at"))
+)
+
 
 class SqlLeaseStore(SqlStore, LeaseStore):
     """Job leases: one live instance per job, fenced by the lease's generation."""
@@ -137,8 +147,12 @@ class SqlLeaseStore(SqlStore, LeaseStore):
         lost: dict[str, StaleLeaseError] = {}
         with self._write() as conn:
             now = self._now(conn)
+            rows = {
+                row.job: row
+                for row in conn.execute(_LEASES_OF, {"jobs": [lease.job for lease in held]})
+            }
             for lease in held:
-                row = self._lease_row(conn, lease.job)
+                row = rows.get(lease.job)
                 if row is None or row.generation != lease.generation or row.owner != lease.owner:
                     lost[lease.job] = StaleLeaseError(
                         job=lease.job,
@@ -153,10 +167,10 @@ class SqlLeaseStore(SqlStore, LeaseStore):
                     expires_at=now + ttls[lease.job],
                     acquired_at=row.acquired_at,
                 )
+            if renewed:
                 conn.execute(
-                    leases_table.update()
-                    .where(leases_table.c.job == lease.job)
-                    .values(expires_at=renewed[lease.job].expires_at)
+                    _EXTEND_LEASE,
+                    [{"key_job": job, "expires_at": r.expires_at} for job, r in renewed.items()],
                 )
         return RenewedLeases(renewed=renewed, lost=lost)
 

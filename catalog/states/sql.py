@@ -61,6 +61,74 @@ def _within(
     )
 
 
+# The statements of every batch's path, built once: building a statement and its cache
+# key costs more of the driver's CPU than SQLite takes to run it (a state change's context
+# read: about a millisecond, per table and batch). Parameters are bound by name.
+def _state_context() -> sa.Select[Any]:
+    """What recording a state of ``:table`` at ``:epoch`` by ``:job`` checks (see
+    :meth:`SqlStateStore._context`), in one statement."""
+    t, te, e, le = tables_table, table_epochs_table, epochs_table, leases_table
+    x = te.alias("x")
+    epoch = sa.bindparam("epoch", type_=te.c.epoch.type)
+    lease = (
+        sa.select(le.c.generation)
+        .where(le.c.job == sa.bindparam("job", type_=le.c.job.type))
+        .scalar_subquery()
+    )
+    written = (
+        sa.select(sa.func.max(x.c.epoch))
+        .where(x.c.table_name == t.c.name, x.c.state == EpochState.WRITTEN.value)
+        .scalar_subquery()
+    )
+    return (
+        sa.select(
+            lease.label("lease_generation"),
+            t.c.writer_job,
+            t.c.pipeline,
+            written.label("latest_written"),
+            e.c.id.label("epoch_id"),
+            e.c.barrier_ts.label("epoch_barrier_ts"),
+            e.c.created_at.label("epoch_created_at"),
+            e.c.pipeline.label("epoch_pipeline"),
+            *(c.label(f"state_{c.name}") for c in te.c),
+        )
+        .select_from(
+            t.outerjoin(e, e.c.id == epoch).outerjoin(
+                te, sa.and_(te.c.table_name == t.c.name, te.c.epoch == epoch)
+            )
+        )
+        .where(t.c.name == sa.bindparam("table", type_=t.c.name.type))
+    )
+
+
+def _max_attempt() -> sa.Select[Any]:
+    """The highest attempt any of ``:names`` recorded at ``:epoch``, now or in the history
+    (one statement: one consistent read, one round trip); 0 if none."""
+    te, h = table_epochs_table, epoch_history_table
+    names = sa.bindparam("names", expanding=True, type_=te.c.table_name.type)
+    epoch = sa.bindparam("epoch", type_=te.c.epoch.type)
+    attempts = sa.union_all(
+        sa.select(te.c.attempt).where(te.c.table_name.in_(names), te.c.epoch == epoch),
+        sa.select(h.c.attempt).where(h.c.table_name.in_(names), h.c.epoch == epoch),
+    ).subquery()
+    return sa.select(sa.func.coalesce(sa.func.max(attempts.c.attempt), 0))
+
+
+_STATE_CONTEXT = _state_context()
+_MAX_ATTEMPT = _max_attempt()
+_STATES_AT = sa.select(table_epochs_table).where(
+    table_epochs_table.c.epoch == sa.bindparam("epoch"),
+    table_epochs_table.c.table_name.in_(sa.bindparam("names", expanding=True)),
+)
+_INSERT_STATE = table_epochs_table.insert()
+_UPDATE_STATE = table_epochs_table.update().where(
+    table_epochs_table.c.table_name == sa.bindparam("key_table_name"),
+    table_epochs_table.c.epoch == sa.bindparam("key_epoch"),
+)
+"""Sets the columns its parameters name; the row is ``:key_table_name``, ``:key_epoch``."""
+_INSERT_HISTORY = epoch_history_table.insert()
+
+
 @dataclass(frozen=True)
 class _StateContext:
     """What recording a state of one table at one epoch checks, as one statement read it."""
@@ -275,33 +343,7 @@ class SqlStateStore(SqlStore, StateStore):
         statement, and checked in this order: the job's lease generation (StaleLeaseError:
         zombie fencing), the table (UnknownTableError) and its writer (EpochStateError), the
         epoch (UnknownEpochError) and its pipeline (ForeignEpochError)."""
-        t, te, e, le = tables_table, table_epochs_table, epochs_table, leases_table
-        x = te.alias("x")
-        lease = sa.select(le.c.generation).where(le.c.job == job).scalar_subquery()
-        written = (
-            sa.select(sa.func.max(x.c.epoch))
-            .where(x.c.table_name == t.c.name, x.c.state == EpochState.WRITTEN.value)
-            .scalar_subquery()
-        )
-        row = conn.execute(
-            sa.select(
-                lease.label("lease_generation"),
-                t.c.writer_job,
-                t.c.pipeline,
-                written.label("latest_written"),
-                e.c.id.label("epoch_id"),
-                e.c.barrier_ts.label("epoch_barrier_ts"),
-                e.c.created_at.label("epoch_created_at"),
-                e.c.pipeline.label("epoch_pipeline"),
-                *(c.label(f"state_{c.name}") for c in te.c),
-            )
-            .select_from(
-                t.outerjoin(e, e.c.id == epoch).outerjoin(
-                    te, sa.and_(te.c.table_name == t.c.name, te.c.epoch == epoch)
-                )
-            )
-            .where(t.c.name == table)
-        ).first()
+        row = conn.execute(_STATE_CONTEXT, {"table": table, "epoch": epoch, "job": job}).first()
         if row is None:
             self._check_lease(conn, job, generation)
             raise UnknownTableError(table, job=job)
@@ -326,7 +368,7 @@ class SqlStateStore(SqlStore, StateStore):
             pipeline=row.epoch_pipeline,
         )
         self._check_epoch_pipeline(known, row.pipeline, table=table)
-        state = tuple(row[-len(te.c) :])
+        state = tuple(row[-len(table_epochs_table.c) :])
         return _StateContext(
             pipeline=row.pipeline,
             epoch=known,
@@ -342,7 +384,6 @@ class SqlStateStore(SqlStore, StateStore):
         ).first()
 
     def _set_state(self, conn: sa.Connection, state: TableEpoch, *, exists: bool) -> TableEpoch:
-        te = table_epochs_table
         values = {
             "state": state.state.value,
             "delta_version": state.delta_version,
@@ -354,19 +395,14 @@ class SqlStateStore(SqlStore, StateStore):
             "reason": state.reason,
             "updated_at": state.updated_at,
         }
+        key = {"table_name": state.table, "epoch": state.epoch}
         if exists:
             conn.execute(
-                te.update()
-                .where(te.c.table_name == state.table, te.c.epoch == state.epoch)
-                .values(**values)
+                _UPDATE_STATE, {"key_table_name": state.table, "key_epoch": state.epoch, **values}
             )
         else:
-            conn.execute(te.insert().values(table_name=state.table, epoch=state.epoch, **values))
-        conn.execute(
-            epoch_history_table.insert().values(
-                **self._history_values({"table_name": state.table, "epoch": state.epoch, **values})
-            )
-        )
+            conn.execute(_INSERT_STATE, {**key, **values})
+        conn.execute(_INSERT_HISTORY, self._history_values({**key, **values}))
         return state
 
     def table_epoch(self, table: str, epoch: int) -> TableEpoch | None:
@@ -412,11 +448,8 @@ class SqlStateStore(SqlStore, StateStore):
         names = list(dict.fromkeys(tables))
         if not names:
             return {}
-        te = table_epochs_table
         with self._read() as conn:
-            rows = conn.execute(
-                sa.select(te).where(te.c.epoch == epoch, te.c.table_name.in_(names))
-            )
+            rows = conn.execute(_STATES_AT, {"epoch": epoch, "names": names})
             return {row.table_name: self._table_epoch(row) for row in rows}
 
     def latest_written(
@@ -571,13 +604,4 @@ class SqlStateStore(SqlStore, StateStore):
 
     @staticmethod
     def _max_attempt(conn: sa.Connection, names: list[str], epoch: int) -> int:
-        te, h = table_epochs_table, epoch_history_table
-        # One statement (one consistent read, one round trip): the current states and the
-        # history together.
-        attempts = sa.union_all(
-            sa.select(te.c.attempt).where(te.c.table_name.in_(names), te.c.epoch == epoch),
-            sa.select(h.c.attempt).where(h.c.table_name.in_(names), h.c.epoch == epoch),
-        ).subquery()
-        return conn.execute(
-            sa.select(sa.func.coalesce(sa.func.max(attempts.c.attempt), 0))
-        ).scalar_one()
+        return conn.execute(_MAX_ATTEMPT, {"names": names, "epoch": epoch}).scalar_one()
