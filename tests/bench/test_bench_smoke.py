@@ -11,6 +11,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 TINY = {
     "append_commit": {"DB_BENCH_FILES": "3,12", "DB_BENCH_COMMITS": "2"},
+    "catalog_batch": {"DB_BENCH_TABLES": "3", "DB_BENCH_EPOCHS": "5"},
     "small_epoch": {"DB_BENCH_EPOCHS": "1", "DB_BENCH_HISTORY": "12"},
     "file_cut": {"DB_BENCH_CUT_SIZES": "10,100", "DB_BENCH_CUT_RUNS": "1"},
     "freshness": {
@@ -60,6 +61,7 @@ TINY = {
 
 EXPECTED = {
     "append_commit": "append commit: done",
+    "catalog_batch": "driver CPU per batch: catalog",
     "small_epoch": "one tiny epoch through one job:",
     "file_cut": "file cut 100 / 10 files:",
     "freshness": "freshness of the last table",
