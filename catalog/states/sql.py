@@ -114,7 +114,23 @@ def _max_attempt() -> sa.Select[Any]:
     return sa.select(sa.func.coalesce(sa.func.max(attempts.c.attempt), 0))
 
 
+def _outputs_done() -> sa.Select[Any]:
+    """Each of the tables ``:names`` (expanding): its pipeline, first epoch and newest
+    WRITTEN epoch (one backward descent of ix_table_epochs_state each, as in
+    latest_written)."""
+    t, te = tables_table, table_epochs_table
+    written = (
+        sa.select(sa.func.max(te.c.epoch))
+        .where(te.c.table_name == t.c.name, te.c.state == EpochState.WRITTEN.value)
+        .scalar_subquery()
+    )
+    return sa.select(t.c.name, t.c.pipeline, t.c.first_epoch, written.label("written")).where(
+        t.c.name.in_(sa.bindparam("names", expanding=True))
+    )
+
+
 _STATE_CONTEXT = _state_context()
+_OUTPUTS_DONE = _outputs_done()
 _MAX_ATTEMPT = _max_attempt()
 _STATES_AT = sa.select(table_epochs_table).where(
     table_epochs_table.c.epoch == sa.bindparam("epoch"),
@@ -127,6 +143,30 @@ _UPDATE_STATE = table_epochs_table.update().where(
 )
 """Sets the columns its parameters name; the row is ``:key_table_name``, ``:key_epoch``."""
 _INSERT_HISTORY = epoch_history_table.insert()
+_EPOCHS_BETWEEN = (
+    sa.select(epochs_table.c.id)
+    .where(
+        epochs_table.c.pipeline == sa.bindparam("pipeline"),
+        epochs_table.c.id >= sa.bindparam("first"),
+        epochs_table.c.id < sa.bindparam("last"),
+    )
+    .order_by(epochs_table.c.id)
+)
+"""The pipeline's epochs from ``:first`` up to (not including) ``:last``."""
+_STATES_BETWEEN = (
+    sa.select(table_epochs_table.c.epoch, table_epochs_table.c.state)
+    .where(
+        table_epochs_table.c.table_name == sa.bindparam("table"),
+        table_epochs_table.c.epoch >= sa.bindparam("first"),
+        table_epochs_table.c.epoch < sa.bindparam("last"),
+    )
+    .order_by(table_epochs_table.c.epoch)
+)
+"""``:table``'s states from epoch ``:first`` up to (not including) ``:last``."""
+_DELETE_STATES = table_epochs_table.delete().where(
+    table_epochs_table.c.table_name == sa.bindparam("table"),
+    table_epochs_table.c.epoch.in_(sa.bindparam("epochs", expanding=True)),
+)
 
 
 @dataclass(frozen=True)
@@ -254,26 +294,9 @@ class SqlStateStore(SqlStore, StateStore):
         pipeline: str,
     ) -> None:
         """Record the pipeline's epochs first..request.epoch-1 COALESCED into request.epoch."""
-        te, e = table_epochs_table, epochs_table
-        coalesced = list(
-            conn.execute(
-                sa.select(e.c.id)
-                .where(e.c.pipeline == pipeline, e.c.id >= first, e.c.id < request.epoch)
-                .order_by(e.c.id)
-            ).scalars()
-        )
-        existing = {
-            row.epoch: EpochState(row.state)
-            for row in conn.execute(
-                sa.select(te.c.epoch, te.c.state)
-                .where(
-                    te.c.table_name == request.table,
-                    te.c.epoch >= first,
-                    te.c.epoch < request.epoch,
-                )
-                .order_by(te.c.epoch)
-            )
-        }
+        span = {"pipeline": pipeline, "table": request.table, "first": first, "last": request.epoch}
+        coalesced = list(conn.execute(_EPOCHS_BETWEEN, span).scalars())
+        existing = {row.epoch: EpochState(row.state) for row in conn.execute(_STATES_BETWEEN, span)}
         for epoch, state in existing.items():
             check_transition(request.table, epoch, state, EpochState.COALESCED)
         values = [
@@ -295,17 +318,9 @@ class SqlStateStore(SqlStore, StateStore):
         if not values:
             return
         if existing:
-            conn.execute(
-                te.delete().where(
-                    te.c.table_name == request.table,
-                    te.c.epoch.in_(list(existing)),
-                )
-            )
-        conn.execute(te.insert(), values)
-        conn.execute(
-            epoch_history_table.insert(),
-            [self._history_values(v) for v in values],
-        )
+            conn.execute(_DELETE_STATES, {"table": request.table, "epochs": list(existing)})
+        conn.execute(_INSERT_STATE, values)
+        conn.execute(_INSERT_HISTORY, [self._history_values(v) for v in values])
 
     def mark_rolled_back(
         self, table: str, epoch: int, *, job: str, generation: int, reason: str
@@ -470,25 +485,12 @@ class SqlStateStore(SqlStore, StateStore):
         return {row.table_name: self._table_epoch(row) for row in rows}
 
     def jobs_progress(self, jobs: Sequence[ProgressRequest]) -> list[JobProgress]:
-        t, te, e, ss = tables_table, table_epochs_table, epochs_table, source_slices_table
+        te, e, ss = table_epochs_table, epochs_table, source_slices_table
         outputs = list(dict.fromkeys(job.output for job in jobs))
         if not outputs:
             return []
-        # One backward descent of ix_table_epochs_state per output, as in latest_written.
-        written = (
-            sa.select(sa.func.max(te.c.epoch))
-            .where(te.c.table_name == t.c.name, te.c.state == EpochState.WRITTEN.value)
-            .scalar_subquery()
-        )
         with self._read() as conn:
-            found = {
-                row.name: row
-                for row in conn.execute(
-                    sa.select(
-                        t.c.name, t.c.pipeline, t.c.first_epoch, written.label("written")
-                    ).where(t.c.name.in_(outputs))
-                )
-            }
+            found = {row.name: row for row in conn.execute(_OUTPUTS_DONE, {"names": outputs})}
             unknown = [name for name in outputs if name not in found]
             if unknown:
                 raise UnknownTableError(unknown[0])
