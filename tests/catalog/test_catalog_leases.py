@@ -334,6 +334,29 @@ def test_leases_are_renewed_in_one_transaction_and_the_lost_ones_named(jobs_cata
     assert catalog.get_lease("k") == taken  # untouched
 
 
+def test_renewing_many_leases_sends_as_many_statements_as_one(jobs_catalog):
+    import sqlalchemy as sa
+
+    catalog = jobs_catalog
+    leases = catalog.acquire_leases(["j", "k", "m"], "a", ttl_seconds=30)
+    sent: list[str] = []
+
+    def count(_conn, _cursor, statement, *_args):
+        sent.append(statement)
+
+    def statements(held) -> int:
+        sent.clear()
+        sa.event.listen(sa.engine.Engine, "before_cursor_execute", count)
+        try:
+            renewed = catalog.renew_leases(held, ttl_seconds=30)
+        finally:
+            sa.event.remove(sa.engine.Engine, "before_cursor_execute", count)
+        assert set(renewed.renewed) == {lease.job for lease in held} and not renewed.lost
+        return len(sent)
+
+    assert statements(leases) == statements(leases[:1])
+
+
 def test_leases_are_released_in_one_transaction(jobs_catalog):
     catalog = jobs_catalog
     leases = catalog.acquire_leases(["j", "k", "m"], "a", ttl_seconds=30)
