@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -24,6 +26,8 @@ _PYTHON_SQL_UTILS = "org.apache.spark.sql.api.python.PythonSQLUtils"
 """Spark's helpers behind PySpark's ``createDataFrame`` of Arrow data."""
 _ARROW_CONVERTERS = "org.apache.spark.sql.execution.arrow.ArrowConverters$"
 """Spark's Arrow conversions of rows (a Scala object: its one instance is ``MODULE$``)."""
+_DATASET = "org.apache.spark.sql.classic.Dataset"
+"""Spark's classic Dataset; its ``ofRows`` gives a plan a DataFrame in another session."""
 _LOCAL_RELATION = "LocalRelation"
 LOCAL_ROWS_BYTES = 512 * 1024
 """Rows of a local relation that Spark estimates at most this many bytes are taken from
@@ -63,6 +67,76 @@ def local_frame(
         os.unlink(path)
     frame = DataFrame(utils.toDataFrame(read, schema.json(), spark._jsparkSession), spark)
     frame._schema = schema  # as PySpark does: no round trip to ask Spark for it
+    return frame
+
+
+SHARED_RELATIONS_KEPT = 16
+"""Local relations :func:`shared_local_frame` keeps (and at most
+:data:`SHARED_RELATION_BYTES` of their Arrow rows in all)."""
+SHARED_RELATION_BYTES = 64 * 1024 * 1024
+
+
+class _SharedRelations:
+    """Local relations (the JVM's plans) by what they hold, least recently used dropped
+    first."""
+
+    def __init__(self) -> None:
+        self._plans: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Any | None:
+        with self._lock:
+            kept = self._plans.get(key)
+            if kept is None:
+                return None
+            self._plans.move_to_end(key)
+            return kept[0]
+
+    def put(self, key: Hashable, plan: Any, size: int) -> None:
+        with self._lock:
+            if key in self._plans:
+                return
+            self._plans[key] = (plan, size)
+            self._bytes += size
+            while self._plans and (
+                len(self._plans) > SHARED_RELATIONS_KEPT or self._bytes > SHARED_RELATION_BYTES
+            ):
+                _, (_, dropped) = self._plans.popitem(last=False)
+                self._bytes -= dropped
+
+
+_shared = _SharedRelations()
+
+
+def shared_local_frame(
+    spark: SparkSession,
+    key: Hashable,
+    read: Callable[[], Sequence[pa.RecordBatch]],
+    arrow: pa.Schema,
+    schema: StructType,
+) -> DataFrame:
+    """:func:`local_frame` of the batches ``read`` returns, which ``key`` identifies (say,
+    immutable files): the local relation built for ``key`` is kept and given to the next
+    session that asks for it, so the rows are read, converted and checked by Spark once.
+
+    A fan-out's jobs all read their input's newest epoch: converting its rows into a local
+    relation, and Spark's analysis of it, cost the driver JVM about 2.5 ms a thousand rows
+    each time (bench/RESULTS-issue28.md, session 47)."""
+    from py4j.java_gateway import JavaClass
+    from pyspark.sql.dataframe import DataFrame
+
+    plan = _shared.get(key)
+    if plan is None:
+        batches = read()
+        frame = local_frame(spark, batches, arrow, schema)
+        _shared.put(key, frame._jdf.logicalPlan(), sum(b.nbytes for b in batches))
+        return frame
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None  # a classic (non-Connect) session
+    dataset = JavaClass(_DATASET, gateway._gateway_client)
+    frame = DataFrame(dataset.ofRows(spark._jsparkSession, plan), spark)
+    frame._schema = schema
     return frame
 
 
@@ -118,4 +192,12 @@ def estimated_bytes(plan) -> int:
     return int(str(plan.stats().sizeInBytes()))
 
 
-__all__ = ["LOCAL_ROWS_BYTES", "estimated_bytes", "local_frame", "local_rows"]
+__all__ = [
+    "LOCAL_ROWS_BYTES",
+    "SHARED_RELATIONS_KEPT",
+    "SHARED_RELATION_BYTES",
+    "estimated_bytes",
+    "local_frame",
+    "local_rows",
+    "shared_local_frame",
+]

@@ -34,7 +34,7 @@ from etl.delta.layout import (
     normalize_location,
     serialize_partition_value,
 )
-from etl.delta.local import local_frame
+from etl.delta.local import shared_local_frame
 from etl.delta.log import (
     EPOCH_COLUMN,
     ActiveFile,
@@ -346,23 +346,36 @@ def _read_in_driver(
     vectors = {f.path: f.deletion_vector for f in files if f.deletion_vector is not None}
     if not deletion_vectors:
         vectors = {}
-    fs, root = filesystem(location)
-    deleted = dict(zip(vectors, read_many(fs, root, list(vectors.values())), strict=True))
-    batches: list[pa.RecordBatch] = []
-    for file in files:
-        path = absolute_path(location, file.path)
-        values = _serialized_partition_values(file, partition_by)
-        try:
-            read = list(_file_batches(path, values, target, partitions))
-        except (OSError, pa.ArrowException) as exc:
-            raise DeltaIOError(table=location, operation="read", reason=str(exc)) from exc
-        gone = deleted.get(file.path)
-        if gone:
-            rows = pa.Table.from_batches(read, schema=target)
-            keep = pc.invert(pc.is_in(pa.array(range(rows.num_rows), pa.int64()), pa.array(gone)))
-            read = rows.filter(keep).to_batches()
-        batches.extend(read)
-    return local_frame(spark, batches, target, schema)
+
+    def read() -> list[pa.RecordBatch]:
+        fs, root = filesystem(location)
+        deleted = dict(zip(vectors, read_many(fs, root, list(vectors.values())), strict=True))
+        batches: list[pa.RecordBatch] = []
+        for file in files:
+            path = absolute_path(location, file.path)
+            values = _serialized_partition_values(file, partition_by)
+            try:
+                found = list(_file_batches(path, values, target, partitions))
+            except (OSError, pa.ArrowException) as exc:
+                raise DeltaIOError(table=location, operation="read", reason=str(exc)) from exc
+            gone = deleted.get(file.path)
+            if gone:
+                rows = pa.Table.from_batches(found, schema=target)
+                keep = pc.invert(
+                    pc.is_in(pa.array(range(rows.num_rows), pa.int64()), pa.array(gone))
+                )
+                found = rows.filter(keep).to_batches()
+            batches.extend(found)
+        return batches
+
+    # A data file never changes (Delta names every new file anew): its rows at a schema,
+    # less its deletion vector's, are what they were for the last reader of that file.
+    key = (
+        location,
+        schema.json(),
+        tuple((f.path, f.size, vectors.get(f.path)) for f in files),
+    )
+    return shared_local_frame(spark, key, read, target, schema)
 
 
 def _nullable(data_type):

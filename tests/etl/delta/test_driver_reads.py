@@ -198,3 +198,73 @@ def test_columns_declared_not_null_read_as_nullable_as_spark_reads_them(spark, t
     driver, spark_read = _both(lambda **o: read_table_sized(spark, location, version=version, **o))
     assert driver.frame.schema == spark_read.frame.schema
     assert all(f.nullable for f in driver.frame.schema.fields)
+
+
+def _relation_id(spark, read) -> int:
+    """The JVM's identity of the local relation a driver's read gives Spark."""
+    plan = read.frame._jdf.logicalPlan()
+    assert plan.nodeName() == "LocalRelation"
+    return spark.sparkContext._jvm.java.lang.System.identityHashCode(plan)
+
+
+def test_sessions_reading_the_same_files_share_one_local_relation(spark, tmp_path):
+    location = str(tmp_path / "t")
+    first = _append(spark, location, wide_rows(range(30), 1), WIDE_COLUMNS, 1)
+    sessions = [spark.newSession() for _ in range(3)]
+    reads = [
+        read_table_sized(s, location, version=first, driver_read_bytes=DRIVER_READ_BYTES)
+        for s in sessions
+    ]
+    assert len({_relation_id(spark, r) for r in reads}) == 1
+    assert [r.frame.sparkSession for r in reads] == sessions
+    for read in reads:
+        assert sorted(r.id for r in read.frame.collect()) == list(range(30))
+
+    # Another version's files, or the same files at a wider schema, are read anew.
+    wider = WIDE_COLUMNS.replace("_epoch long", "note string, _epoch long")
+    rows = [(*r[:-1], f"note{r[0]}", r[-1]) for r in wide_rows(range(30, 40), 2)]
+    second = _append(spark, location, rows, wider, 2)
+    driver, spark_read = _both(lambda **o: read_table_sized(spark, location, version=second, **o))
+    _same(driver, spark_read)
+    assert _relation_id(spark, driver) != _relation_id(spark, reads[0])
+    notes = {r.id: r.note for r in driver.frame.collect()}
+    assert len(notes) == 40 and notes[0] is None and notes[35] == "note35"
+    again = read_table_sized(spark, location, version=first, driver_read_bytes=DRIVER_READ_BYTES)
+    assert "note" not in again.frame.columns and again.frame.count() == 30
+
+
+def test_a_deletion_vector_added_to_a_read_file_is_not_served_from_an_earlier_read(spark, tmp_path):
+    location = str(tmp_path / "t")
+    schema = "id long, v string, _epoch long"
+    df = spark.createDataFrame([(i, f"v{i}", 1) for i in range(20)], schema)
+    files = write_files(df, location, file_prefix="b", collect_rows=0)
+    before = commit_frame_files(location, df, files, fence=FENCE, epoch=1, deletion_vectors=True)
+
+    def first_epoch(version: int):
+        return read_epochs_sized(
+            spark,
+            location,
+            version=version,
+            first_epoch=1,
+            last_epoch=1,
+            driver_read_bytes=DRIVER_READ_BYTES,
+        )
+
+    assert first_epoch(before).frame.count() == 20
+    updates = spark.createDataFrame([(3, "new3", 2)], schema)
+    merged = merge_files(
+        spark,
+        location,
+        version=before,
+        updates=updates,
+        keys=["id"],
+        file_prefix="m2",
+        rewrite_all_bytes=0,
+    )
+    assert merged.deletes and not merged.removes  # the same files, one now with a DV
+    after = commit_frame_files(
+        location, updates, merged.adds, fence=FENCE, epoch=2, deletes=merged.deletes
+    )
+    # Epoch 1's rows are in the same files as before; the DV deletes one of them.
+    ids = sorted(r.id for r in first_epoch(after).frame.collect())
+    assert ids == [i for i in range(20) if i != 3]
