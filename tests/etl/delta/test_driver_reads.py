@@ -61,6 +61,18 @@ def _same(driver, spark_read) -> None:
     assert driver.frame.count() == spark_read.frame.select(*key).count()
 
 
+def _first_epoch(spark, location, version):
+    """The driver's read of epoch 1's rows of the table at ``version``."""
+    return read_epochs_sized(
+        spark,
+        location,
+        version=version,
+        first_epoch=1,
+        last_epoch=1,
+        driver_read_bytes=DRIVER_READ_BYTES,
+    )
+
+
 def _plan(read) -> str:
     return read.frame._jdf.queryExecution().analyzed().toString()
 
@@ -153,14 +165,7 @@ def test_a_file_gone_from_storage_is_named_not_read_as_empty(spark, tmp_path):
         read_table_sized(spark, location, version=version, driver_read_bytes=DRIVER_READ_BYTES)
     assert gone.path in str(removed.value)
     with pytest.raises(DeltaIOError):
-        read_epochs_sized(
-            spark,
-            location,
-            version=version,
-            first_epoch=1,
-            last_epoch=1,
-            driver_read_bytes=DRIVER_READ_BYTES,
-        )
+        _first_epoch(spark, location, version)
 
 
 def test_an_empty_version_reads_as_no_rows_with_the_tables_schema(spark, tmp_path):
@@ -239,18 +244,7 @@ def test_a_deletion_vector_added_to_a_read_file_is_not_served_from_an_earlier_re
     df = spark.createDataFrame([(i, f"v{i}", 1) for i in range(20)], schema)
     files = write_files(df, location, file_prefix="b", collect_rows=0)
     before = commit_frame_files(location, df, files, fence=FENCE, epoch=1, deletion_vectors=True)
-
-    def first_epoch(version: int):
-        return read_epochs_sized(
-            spark,
-            location,
-            version=version,
-            first_epoch=1,
-            last_epoch=1,
-            driver_read_bytes=DRIVER_READ_BYTES,
-        )
-
-    assert first_epoch(before).frame.count() == 20
+    assert _first_epoch(spark, location, before).frame.count() == 20
     updates = spark.createDataFrame([(3, "new3", 2)], schema)
     merged = merge_files(
         spark,
@@ -266,5 +260,5 @@ def test_a_deletion_vector_added_to_a_read_file_is_not_served_from_an_earlier_re
         location, updates, merged.adds, fence=FENCE, epoch=2, deletes=merged.deletes
     )
     # Epoch 1's rows are in the same files as before; the DV deletes one of them.
-    ids = sorted(r.id for r in first_epoch(after).frame.collect())
+    ids = sorted(r.id for r in _first_epoch(spark, location, after).frame.collect())
     assert ids == [i for i in range(20) if i != 3]
