@@ -7,12 +7,13 @@ import signal
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pyspark import SparkConf, SparkContext
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 DEFAULT_MASTER = "local[*]"
 
@@ -238,11 +239,67 @@ class BatchSessions:
         self._small[key] = small
 
 
+_SCALA_SOME = "scala.Some"
+
+
+class _ViewDefinitions:
+    """Per session, the definition (a Py4J ``TemporaryViewRelation``) and schema of each
+    view :func:`replace_temp_view` made, and the session's catalog of temporary views."""
+
+    def __init__(self) -> None:
+        self._by_session: weakref.WeakKeyDictionary[
+            SparkSession, tuple[Any, dict[str, tuple[str, Any]]]
+        ] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def of(self, session: SparkSession) -> tuple[Any, dict[str, tuple[str, Any]]]:
+        with self._lock:
+            known = self._by_session.get(session)
+            if known is None:
+                known = self._by_session[session] = (
+                    session._jsparkSession.sessionState().catalog(),
+                    {},
+                )
+            return known
+
+
+_view_definitions = _ViewDefinitions()
+
+
+def replace_temp_view(session: SparkSession, name: str, frame: DataFrame) -> None:
+    """``frame.createOrReplaceTempView(name)`` in ``session`` (``frame`` one of its
+    DataFrames), in one catalog call when the session made a view ``name`` of the same
+    schema before.
+
+    Spark runs a view's creation as a command: an analysis of the frame's plan, a SQL
+    execution and its listener events, about 10 ms of driver JVM per view, every input of
+    every batch (a SQL transform reads its inputs as views). A view of a DataFrame is kept
+    as its analyzed plan, with a description of the view (name, schema, properties) that
+    only depends on the name and schema: this session's earlier definition is copied with
+    the new plan and put in the session's catalog, as the command would put it there."""
+    from py4j.java_gateway import JavaClass
+
+    schema = frame.schema.json()
+    catalog, definitions = _view_definitions.of(session)
+    known = definitions.get(name)
+    if known is None or known[0] != schema:
+        frame.createOrReplaceTempView(name)
+        created = catalog.getRawTempView(name)
+        if not created.isEmpty():
+            definitions[name] = (schema, created.get())
+        return
+    definition = known[1]
+    client = session.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
+    plan = JavaClass(_SCALA_SOME, client)(frame._jdf.queryExecution().analyzed())
+    catalog.createTempView(name, definition.copy(definition.tableMeta(), plan), True)
+
+
 __all__ = [
     "BatchSessions",
     "JVM_BOOT_NOTICES",
     "MASTER_CONNECT_TIMEOUT",
     "check_master",
+    "replace_temp_view",
     "DEFAULT_MASTER",
     "SMALL_BATCH_BYTES",
     "SMALL_BATCH_CONF",

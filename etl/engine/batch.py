@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from pyspark.logger import PySparkLogger
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -66,7 +67,7 @@ from etl.errors import (
 from etl.faults import maybe_crash
 from etl.pipeline import EpochContext, Job, Pipeline
 from etl.sources.base import DirectSlice, DirectWrite, SealedTable, SliceRequest, TableTarget
-from etl.spark import SMALL_BATCH_BYTES, BatchSessions, configure_small_batch
+from etl.spark import SMALL_BATCH_BYTES, BatchSessions, configure_small_batch, replace_temp_view
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,51 @@ def _names(sql: str, table: str) -> bool:
     return (
         re.search(rf"(?<![\w`]){re.escape(table)}(?![\w`])|`{re.escape(table)}`", sql, re.I)
         is not None
+    )
+
+
+_TRAILING_SEMICOLONS = re.compile(r"[\s;]+$")
+_SQL_ERROR_LOGGER = "SQLQueryContextLogger"
+"""PySpark's logger of every SQL error it converts (the query's text and position)."""
+
+
+class _QuietAttempts(logging.Filter):
+    """Drops the SQL errors PySpark logs in a thread while it makes an attempt whose
+    failure is expected and handled (other threads' errors are logged)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._attempting = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(self._attempting, "on", False)
+
+    def attempt(self, call: Callable[[], DataFrame]) -> DataFrame | None:
+        self._attempting.on = True
+        try:
+            return call()
+        except Exception:  # noqa: BLE001 - the caller runs the query alone instead
+            return None
+        finally:
+            self._attempting.on = False
+
+
+_quiet = _QuietAttempts()
+PySparkLogger.getLogger(_SQL_ERROR_LOGGER).addFilter(_quiet)
+
+
+def _epoch_tagged_sql(session: SparkSession, query: str, epoch: int) -> DataFrame | None:
+    """A SQL transform's rows with ``_epoch`` as their last column, as one query: Spark
+    analyzes a query once, where a projection added to its result (``withColumn``) is a
+    second analysis of the whole plan (about 8 ms of driver JVM a batch). None when it
+    fails: a query no subquery can hold (a command, a comment after a semicolon), or one
+    with an error, which the caller runs alone to report the error in the query's own
+    words and positions."""
+    body = _TRAILING_SEMICOLONS.sub("", query)
+    return _quiet.attempt(
+        lambda: session.sql(
+            f"SELECT *, CAST({int(epoch)} AS BIGINT) AS {EPOCH_COLUMN} FROM (\n{body}\n)"
+        )
     )
 
 
@@ -217,6 +263,9 @@ class EpochEngine:
         self._sessions = BatchSessions(spark)
         """The sessions of the jobs whose batches change nothing in them but views and
         the small-batch settings (SQL transforms, none)."""
+        self._run_alone: set[str] = set()
+        """SQL transforms that ran alone after their query with ``_epoch`` failed: ones no
+        subquery can hold (:func:`_epoch_tagged_sql` is not tried again)."""
 
     def location(self, table: str) -> str:
         """Where ``table`` lives: asked of the catalog once per engine, since the catalog
@@ -677,15 +726,22 @@ class EpochEngine:
                 inputs=dict(inputs),
                 read_previous=read_previous or (lambda: self._previous(job, session)),
             )
+            tagged = None
             try:
                 if isinstance(job.transform, str):
                     for name, frame in ctx.inputs.items():
-                        frame.createOrReplaceTempView(name)
+                        replace_temp_view(session, name, frame)
                     # Reading the previous output costs a table open and a file listing:
                     # only for a query that names the output.
                     if _names(job.transform, job.output) and ctx.previous is not None:
-                        ctx.previous.createOrReplaceTempView(job.output)
-                    result = session.sql(job.transform)
+                        replace_temp_view(session, job.output, ctx.previous)
+                    if job.name not in self._run_alone:
+                        tagged = _epoch_tagged_sql(session, job.transform, batch.last)
+                    if tagged is None:
+                        result = session.sql(job.transform)
+                        self._run_alone.add(job.name)
+                    else:
+                        result = tagged
                 else:
                     result = job.transform(ctx)
                 if not isinstance(result, DataFrame):
@@ -697,6 +753,9 @@ class EpochEngine:
             except Exception as exc:
                 raise TransformError(job=job.name, epoch=batch.last, cause=exc) from exc
             per_epoch = bool(ctx.per_epoch_reads)
+            if tagged is not None:
+                self._check_columns(job, batch, tagged.columns[:-1])
+                return tagged, per_epoch
         self._check_columns(job, batch, result.columns)
         return result.withColumn(EPOCH_COLUMN, F.lit(batch.last).cast("long")), per_epoch
 

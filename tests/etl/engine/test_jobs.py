@@ -4,11 +4,13 @@ micro-batches, and the errors a broken job gets."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from pathlib import Path
 
 import pytest
+from pyspark.logger import PySparkLogger
 from pyspark.sql import functions as F
 
 from catalog import EpochState, load_catalog
@@ -101,6 +103,74 @@ def test_append_merge_and_overwrite_modes(tmp_path, spark):
     assert env.rows("ranking", "customer", "pos") == [("ann", 1), ("bob", 2)]
     # Overwrite recomputes: only the latest epoch's rows remain.
     assert {r[0] for r in env.rows("ranking", "_epoch")} == {2}
+
+
+SQL_SHAPES = {
+    "semicolons": "SELECT id, amount FROM orders AS semicolons WHERE amount >= 10;; \n",
+    "line_comment": "SELECT id, amount FROM orders AS line_comment WHERE amount >= 10 -- big",
+    "cte_order_limit": (
+        "WITH cte_order_limit AS (SELECT id, amount FROM orders WHERE amount >= 10) "
+        "SELECT * FROM cte_order_limit ORDER BY id LIMIT 100"
+    ),
+    "from_first": "FROM orders AS from_first SELECT id, amount WHERE amount >= 10",
+    "comment_after_semicolon": (
+        "SELECT id, amount FROM orders AS comment_after_semicolon WHERE amount >= 10; -- alone"
+    ),
+}
+"""Queries of the same rows, each naming its job (to tell its runs apart)."""
+
+
+def test_a_sql_transform_is_one_query_with_its_epoch_whatever_its_shape(
+    tmp_path, spark, monkeypatch
+):
+    """The engine runs a SQL transform and its ``_epoch`` as one query (one analysis), the
+    transform as a subquery; a query no subquery can hold runs alone, as it is."""
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    for name, query in SQL_SHAPES.items():
+        pipeline.sql(name, output=name, query=query, inputs=["orders"])
+    queries: list[str] = []
+    session_sql = type(spark).sql
+
+    def counted(self, query, *args, **kwargs):
+        queries.append(query)
+        return session_sql(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(type(spark), "sql", counted)
+    env = Env(tmp_path, spark, pipeline)
+    env.drop(
+        [{"id": 1, "customer": "a", "amount": 5.0}, {"id": 2, "customer": "b", "amount": 20.0}]
+    )
+    assert env.runner.run_once().ok
+    env.drop([{"id": 3, "customer": "a", "amount": 30.0}])
+    assert env.runner.run_once().ok
+    for name, query in SQL_SHAPES.items():
+        assert env.rows(name, "id", "amount", "_epoch") == [(2, 20.0, 1), (3, 30.0, 2)], name
+        runs = [q for q in queries if name in q]
+        if name == "comment_after_semicolon":  # tried with _epoch once, then run alone
+            assert len(runs) == 3 and runs[1:] == [query, query], runs
+        else:
+            assert len(runs) == 2 and all(q.endswith("\n)") for q in runs), runs
+
+
+def test_a_failing_sql_transform_reports_its_own_error_once(tmp_path, spark):
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    pipeline.sql("typo", output="typo", query="SELECT id, amuont FROM orders", inputs=["orders"])
+    env = Env(tmp_path, spark, pipeline)
+    logged: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = logged.append  # type: ignore[method-assign]
+    errors = PySparkLogger.getLogger("SQLQueryContextLogger")
+    errors.addHandler(handler)
+    try:
+        env.drop([{"id": 1, "customer": "a", "amount": 1.0}])
+        (failure,) = env.runner.run_once().failures
+    finally:
+        errors.removeHandler(handler)
+    assert isinstance(failure.exception, TransformError)
+    assert "amuont" in failure.error and "job 'typo'" in failure.error
+    assert "AS _epoch FROM" not in failure.error  # the query's own words, not the engine's
+    # PySpark logs the error of the query the job runs, not of the engine's attempt.
+    assert len([r for r in logged if "amuont" in r.getMessage()]) == 1
 
 
 def test_snapshot_input_and_epoch_context(tmp_path, spark):
