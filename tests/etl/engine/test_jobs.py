@@ -64,6 +64,16 @@ def orders_pipeline(incoming: Path, **ingest) -> Pipeline:
     return pipeline
 
 
+def run_two_epochs(env: Env) -> None:
+    """Epoch 1: orders 1 (ann, 5.0) and 2 (bob, 20.0); epoch 2: order 3 (ann, 30.0)."""
+    env.drop(
+        [{"id": 1, "customer": "ann", "amount": 5.0}, {"id": 2, "customer": "bob", "amount": 20.0}]
+    )
+    assert env.runner.run_once().ok
+    env.drop([{"id": 3, "customer": "ann", "amount": 30.0}])
+    assert env.runner.run_once().ok
+
+
 def test_append_merge_and_overwrite_modes(tmp_path, spark):
     pipeline = orders_pipeline(tmp_path / "incoming")
     pipeline.sql(
@@ -90,12 +100,7 @@ def test_append_merge_and_overwrite_modes(tmp_path, spark):
         mode="overwrite",
     )
     env = Env(tmp_path, spark, pipeline)
-    env.drop(
-        [{"id": 1, "customer": "ann", "amount": 5.0}, {"id": 2, "customer": "bob", "amount": 20.0}]
-    )
-    assert env.runner.run_once().ok
-    env.drop([{"id": 3, "customer": "ann", "amount": 30.0}])
-    assert env.runner.run_once().ok
+    run_two_epochs(env)
 
     assert env.rows("orders", "id", "_epoch") == [(1, 1), (2, 1), (3, 2)]
     assert env.rows("big", "id", "_epoch") == [(2, 1), (3, 2)]
@@ -137,12 +142,7 @@ def test_a_sql_transform_is_one_query_with_its_epoch_whatever_its_shape(
 
     monkeypatch.setattr(type(spark), "sql", counted)
     env = Env(tmp_path, spark, pipeline)
-    env.drop(
-        [{"id": 1, "customer": "a", "amount": 5.0}, {"id": 2, "customer": "b", "amount": 20.0}]
-    )
-    assert env.runner.run_once().ok
-    env.drop([{"id": 3, "customer": "a", "amount": 30.0}])
-    assert env.runner.run_once().ok
+    run_two_epochs(env)
     for name, query in SQL_SHAPES.items():
         assert env.rows(name, "id", "amount", "_epoch") == [(2, 20.0, 1), (3, 30.0, 2)], name
         runs = [q for q in queries if name in q]
