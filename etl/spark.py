@@ -266,10 +266,9 @@ class _ViewDefinitions:
 _view_definitions = _ViewDefinitions()
 
 
-def replace_temp_view(session: SparkSession, name: str, frame: DataFrame) -> None:
-    """``frame.createOrReplaceTempView(name)`` in ``session`` (``frame`` one of its
-    DataFrames), in one catalog call when the session made a view ``name`` of the same
-    schema before.
+def replace_temp_view(frame: DataFrame, name: str) -> None:
+    """``frame.createOrReplaceTempView(name)``, in one catalog call when ``frame``'s
+    session made a view ``name`` of the same schema before.
 
     Spark runs a view's creation as a command: an analysis of the frame's plan, a SQL
     execution and its listener events, about 10 ms of driver JVM per view, every input of
@@ -279,6 +278,7 @@ def replace_temp_view(session: SparkSession, name: str, frame: DataFrame) -> Non
     the new plan and put in the session's catalog, as the command would put it there."""
     from py4j.java_gateway import JavaClass
 
+    session = frame.sparkSession
     schema = frame.schema.json()
     catalog, definitions = _view_definitions.of(session)
     known = definitions.get(name)

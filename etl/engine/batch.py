@@ -730,11 +730,11 @@ class EpochEngine:
             try:
                 if isinstance(job.transform, str):
                     for name, frame in ctx.inputs.items():
-                        replace_temp_view(session, name, frame)
+                        replace_temp_view(frame, name)
                     # Reading the previous output costs a table open and a file listing:
                     # only for a query that names the output.
                     if _names(job.transform, job.output) and ctx.previous is not None:
-                        replace_temp_view(session, job.output, ctx.previous)
+                        replace_temp_view(ctx.previous, job.output)
                     if job.name not in self._run_alone:
                         tagged = _epoch_tagged_sql(session, job.transform, batch.last)
                     if tagged is None:

@@ -38,9 +38,9 @@ def test_a_view_of_the_same_schema_is_replaced_without_the_command(spark, comman
     session = spark.newSession()
     first = session.createDataFrame([(1, "a")], "id long, name string")
     second = session.createDataFrame([(2, "b"), (3, "c")], "id long, name string")
-    replace_temp_view(session, "orders", first)
+    replace_temp_view(first, "orders")
     assert _rows(session, "SELECT * FROM orders") == [(1, "a")]
-    replace_temp_view(session, "orders", second)
+    replace_temp_view(second, "orders")
     assert commands == ["orders"]  # the second view: one catalog call
     assert _rows(session, "SELECT * FROM orders") == [(2, "b"), (3, "c")]
     assert _rows(session, "SELECT a.id FROM orders a JOIN orders b USING (id)") == [(2,), (3,)]
@@ -49,15 +49,13 @@ def test_a_view_of_the_same_schema_is_replaced_without_the_command(spark, comman
 
 def test_another_schema_or_name_goes_through_the_command(spark, commands):
     session = spark.newSession()
-    replace_temp_view(
-        session, "orders", session.createDataFrame([(1, "a")], "id long, name string")
-    )
+    replace_temp_view(session.createDataFrame([(1, "a")], "id long, name string"), "orders")
     wider = session.createDataFrame([(2, "b", 1.5)], "id long, name string, amount double")
-    replace_temp_view(session, "orders", wider)
+    replace_temp_view(wider, "orders")
     assert _rows(session, "SELECT * FROM orders") == [(2, "b", 1.5)]
     not_null = session.range(4).selectExpr("id", "'x' AS name")  # id: not nullable
-    replace_temp_view(session, "orders", not_null)
-    replace_temp_view(session, "customers", wider)
+    replace_temp_view(not_null, "orders")
+    replace_temp_view(wider, "customers")
     assert commands == ["orders", "orders", "orders", "customers"]
     assert _rows(session, "SELECT count(*) FROM orders") == [(4,)]
     assert session.table("orders").schema == not_null.schema
@@ -68,14 +66,14 @@ def test_views_stay_in_their_session_and_follow_a_reused_one(spark, commands):
     job = sessions.session("job")
     other = spark.newSession()
     schema = "id long"
-    replace_temp_view(job, "orders", job.createDataFrame([(1,)], schema))
-    replace_temp_view(other, "orders", other.createDataFrame([(9,)], schema))
+    replace_temp_view(job.createDataFrame([(1,)], schema), "orders")
+    replace_temp_view(other.createDataFrame([(9,)], schema), "orders")
     assert _rows(job, "SELECT * FROM orders") == [(1,)]
     assert _rows(other, "SELECT * FROM orders") == [(9,)]
 
     again = sessions.session("job")  # the next batch: no view of the last one...
     assert again is job and not again.catalog.tableExists("orders")
-    replace_temp_view(again, "orders", again.createDataFrame([(2,)], schema))
+    replace_temp_view(again.createDataFrame([(2,)], schema), "orders")
     assert commands == ["orders", "orders"]  # ...and its new view without the command
     assert _rows(again, "SELECT * FROM orders") == [(2,)]
     assert _rows(other, "SELECT * FROM orders") == [(9,)]
