@@ -103,23 +103,24 @@ def test_a_batch_asks_spark_for_one_job_and_few_plans(tmp_path, spark):
         )
         for job, batches in work.items()
     }
-    # Per batch: one Spark job (the output's collect; a merge's, of its updates), and one
-    # SQL execution more per temporary view of a SQL transform's input. An output that
-    # Spark's optimizer computes while planning (a projection or filter of a small input,
-    # which the driver read into a local relation) needs no job: it is taken from the
-    # optimized plan (issue 28, session 45). Planning, a derived SQL batch: its epochs'
-    # filter only where a file may hold other epochs, the view, the query, `_epoch`, the
-    # collect's limit and its optimized plan (the size estimate's, and the one its job
-    # runs); its small input, read by the driver, is a local relation that Spark does not
-    # plan a read for (session 44: one `parquet` call less). Before session 35: 8 or 9
-    # (inputs estimated by Spark, output estimated apart from the collect, no-op
-    # projection and filter of the read).
+    # Per batch: one Spark job (the output's collect; a merge's, of its updates). An output
+    # that Spark's optimizer computes while planning (a projection or filter of a small
+    # input, which the driver read into a local relation) needs no job: it is taken from
+    # the optimized plan (issue 28, session 45). A SQL transform's input views need no SQL
+    # execution of their own: a view the session had before, of the same schema, is put in
+    # its catalog directly (session 48: one execution per view before). Planning, a
+    # derived SQL batch: its epochs' filter only where a file may hold other epochs, the
+    # query with its `_epoch` (one analysis; before session 48 the view's command and
+    # `withColumn` were two more), the collect's limit and its optimized plan (the size
+    # estimate's, and the one its job runs); its small input, read by the driver, is a
+    # local relation that Spark does not plan a read for (session 44: one `parquet` call
+    # less). Before session 35: 8 or 9.
     # Tasks: a small batch's local relations are one partition each (session 46: the
     # merge's aggregate over its input ran three tasks, a map task per core).
     assert most == {
         "ingest": SparkWork(jobs=1, executions=1, planning=4, tasks=1),
-        "clean": SparkWork(jobs=0, executions=1, planning=5, tasks=0),
-        "latest": SparkWork(jobs=1, executions=2, planning=5, tasks=2),
-        "ranked": SparkWork(jobs=0, executions=1, planning=5, tasks=0),
+        "clean": SparkWork(jobs=0, executions=0, planning=3, tasks=0),
+        "latest": SparkWork(jobs=1, executions=1, planning=3, tasks=2),
+        "ranked": SparkWork(jobs=0, executions=0, planning=3, tasks=0),
         "doubled": SparkWork(jobs=0, executions=0, planning=4, tasks=0),
     }, most
