@@ -10,7 +10,7 @@ import threading
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
@@ -178,11 +178,65 @@ SMALL_BATCH_CONF = {
 }
 
 
+ONE_TASK_CONF = {
+    **SMALL_BATCH_CONF,
+    # A batch whose inputs are each one partition (single_partition) joins them by
+    # sort-merge in the same task, without an exchange; a broadcast is a job of its own
+    # (a small join and aggregate: 140 -> 99 ms of driver JVM, bench/RESULTS-issue28.md,
+    # session 49). Only where every relation is a small input: a large one (the output a
+    # query reads back) would be sorted in one task.
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+}
+
+BatchSize = Literal["default", "small", "one_task"]
+"""A batch's Spark settings: Spark's (``default``), :data:`SMALL_BATCH_CONF`, or
+:data:`ONE_TASK_CONF` (its inputs read in one partition each)."""
+_SIZE_CONF: Mapping[BatchSize, Mapping[str, str]] = {
+    "default": {},
+    "small": SMALL_BATCH_CONF,
+    "one_task": ONE_TASK_CONF,
+}
+
+
 def configure_small_batch(session: SparkSession) -> None:
     """Set :data:`SMALL_BATCH_CONF` on a batch's own session (``newSession``, or one of
     :class:`BatchSessions`: the settings stay with that batch, other sessions keep theirs)."""
     for key, value in SMALL_BATCH_CONF.items():
         session.conf.set(key, value)
+
+
+def single_partition(frame: DataFrame) -> DataFrame:
+    """``frame`` in one partition, read by one task (``coalesce(1)``, no shuffle).
+
+    A query over inputs of one partition each needs no exchange: a union of them is one
+    partition (``spark.sql.unionOutputPartitioning``), and an aggregate, window, sort or
+    join over one partition is computed in the task that reads it. A small batch's
+    aggregate over five inputs was a job of six tasks in two stages, each task a fixed
+    cost (its deserialization above all): one task, 69 -> 29 ms of driver JVM
+    (bench/RESULTS-issue28.md, session 49)."""
+    return frame.coalesce(1)
+
+
+_EVALUATED_WHILE_PLANNING = frozenset(
+    {"Project", "Filter", "LocalLimit", "GlobalLimit", "SubqueryAlias", "View", "LocalRelation"}
+)
+"""Logical operators Spark's optimizer evaluates over a local relation while it plans
+(``ConvertToLocalRelation``; aliases and views are gone by then)."""
+
+
+def evaluated_while_planning(plan: Any) -> bool:
+    """Whether a logical ``plan`` (a Py4J object) and the subqueries of its expressions
+    hold only operators the optimizer evaluates over local relations
+    (:data:`_EVALUATED_WHILE_PLANNING`): over inputs the driver read, such a query's rows
+    come out of its plan without a Spark job. A few Py4J calls per operator."""
+    pending = [plan]
+    while pending:
+        node = pending.pop()
+        if node.nodeName() not in _EVALUATED_WHILE_PLANNING:
+            return False
+        for nested in (node.children(), node.subqueries()):
+            pending.extend(nested.apply(i) for i in range(nested.size()))
+    return True
 
 
 class BatchSessions:
@@ -191,12 +245,12 @@ class BatchSessions:
     A new session builds its own state (catalog, analyzer, settings) at its first query:
     about 18 ms of driver JVM CPU, per batch when every batch has a session of its own. A
     reused session is handed out without temporary views (all of the session's are
-    dropped); :meth:`size` then gives it :data:`SMALL_BATCH_CONF` or a new session's
-    values of those keys, setting only what its last batch left otherwise (each setting is
-    a Py4J round trip, and most batches are the size of the one before). Only for batches
-    that change nothing else in their session (the engine's own views and settings: a SQL
-    transform's, none); a Python transform may change anything (settings, functions,
-    cached tables) and gets a new session.
+    dropped); :meth:`size` then gives it the settings of a :data:`BatchSize`, setting only
+    what its last batch left otherwise (each setting is a Py4J round trip, and most
+    batches are the size of the one before). Only for batches that change nothing else in
+    their session (the engine's own views and settings: a SQL transform's, none); a Python
+    transform may change anything (settings, functions, cached tables) and gets a new
+    session.
 
     One batch at a time per key: a job runs one batch at a time.
     """
@@ -204,8 +258,8 @@ class BatchSessions:
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
         self._sessions: dict[str, tuple[SparkSession, Any, Mapping[str, str | None]]] = {}
-        self._small: dict[str, bool] = {}
-        """Per key, whether its session has :data:`SMALL_BATCH_CONF` now."""
+        self._sizes: dict[str, BatchSize] = {}
+        """Per key, the settings its session has now."""
         self._lock = threading.Lock()
 
     def session(self, key: str) -> SparkSession:
@@ -217,26 +271,28 @@ class BatchSessions:
                 # The session's catalog of temporary views (one py4j round trip to clear).
                 views = session._jsparkSession.sessionState().catalog()
                 # None: a setting without a default value, unset in a new session.
-                defaults = {k: session.conf.get(k) for k in SMALL_BATCH_CONF}
+                defaults = {k: session.conf.get(k) for k in ONE_TASK_CONF}
                 self._sessions[key] = (session, views, defaults)
-                self._small[key] = False
+                self._sizes[key] = "default"
                 return session
         session, views, _ = kept
         views.clearTempTables()
         return session
 
-    def size(self, key: str, *, small: bool) -> None:
-        """Give ``key``'s session :data:`SMALL_BATCH_CONF` (``small``), else a new session's
-        values of its keys."""
+    def size(self, key: str, size: BatchSize) -> None:
+        """Give ``key``'s session the settings of ``size`` (a new session's values of every
+        other key of :data:`ONE_TASK_CONF`)."""
         session, _, defaults = self._sessions[key]
-        if self._small[key] == small:
+        if self._sizes[key] == size:
             return
-        for name, value in (SMALL_BATCH_CONF if small else defaults).items():
+        wanted = _SIZE_CONF[size]
+        for name, default in defaults.items():
+            value = wanted.get(name, default)
             if value is None:
                 session.conf.unset(name)
             else:
                 session.conf.set(name, value)
-        self._small[key] = small
+        self._sizes[key] = size
 
 
 _SCALA_SOME = "scala.Some"
@@ -296,13 +352,17 @@ def replace_temp_view(frame: DataFrame, name: str) -> None:
 
 __all__ = [
     "BatchSessions",
+    "BatchSize",
     "JVM_BOOT_NOTICES",
     "MASTER_CONNECT_TIMEOUT",
     "check_master",
     "replace_temp_view",
     "DEFAULT_MASTER",
     "SMALL_BATCH_BYTES",
+    "ONE_TASK_CONF",
     "SMALL_BATCH_CONF",
     "build_spark",
     "configure_small_batch",
+    "evaluated_while_planning",
+    "single_partition",
 ]

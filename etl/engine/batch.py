@@ -67,7 +67,14 @@ from etl.errors import (
 from etl.faults import maybe_crash
 from etl.pipeline import EpochContext, Job, Pipeline
 from etl.sources.base import DirectSlice, DirectWrite, SealedTable, SliceRequest, TableTarget
-from etl.spark import SMALL_BATCH_BYTES, BatchSessions, configure_small_batch, replace_temp_view
+from etl.spark import (
+    SMALL_BATCH_BYTES,
+    BatchSessions,
+    configure_small_batch,
+    evaluated_while_planning,
+    replace_temp_view,
+    single_partition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -266,6 +273,11 @@ class EpochEngine:
         self._run_alone: set[str] = set()
         """SQL transforms that ran alone after their query with ``_epoch`` failed: ones no
         subquery can hold (:func:`_epoch_tagged_sql` is not tried again)."""
+        self._one_task: dict[str, bool] = {}
+        """Per SQL transform (known after its first small batch): whether its small
+        batches read each input in one partition (:func:`etl.spark.single_partition`),
+        for a query the optimizer cannot evaluate over local relations (an aggregate, a
+        join, a window, a union...) that reads nothing but its inputs."""
 
     def location(self, table: str) -> str:
         """Where ``table`` lives: asked of the catalog once per engine, since the catalog
@@ -351,8 +363,10 @@ class EpochEngine:
         if callable(job.transform):  # a new session: Spark's settings
             if small:
                 configure_small_batch(session)
+        elif not small:
+            self._sessions.size(job.name, "default")
         else:
-            self._sessions.size(job.name, small=small)
+            self._sessions.size(job.name, "one_task" if self._one_task.get(job.name) else "small")
 
     def _run_batch(
         self, job: Job, batch: EpochBatch, lease: Lease, check_lease: LeaseCheck | None
@@ -381,7 +395,8 @@ class EpochEngine:
                 bounds = self._slice_bounds(job, batch, epoch.barrier_ts, lease)
                 parts = job.source.micro_batches(bounds)
                 size = job.source.slice_bytes(bounds)
-                self._size(job, session, small=size is not None and size <= SMALL_BATCH_BYTES)
+                small = size is not None and size <= SMALL_BATCH_BYTES
+                self._size(job, session, small=small)
             copies = job.transform is None and job.mode == "append" and not writer.resumed
             for index, part in enumerate(parts):
                 final = index == len(parts) - 1
@@ -397,7 +412,12 @@ class EpochEngine:
                         data = job.source.read(session, part, epoch=batch.last)
                     with clock.stage("transform"):
                         rows, _ = self.transform(
-                            job, session, batch, epoch.barrier_ts, {job.source.name: data.rows}
+                            job,
+                            session,
+                            batch,
+                            epoch.barrier_ts,
+                            {job.source.name: data.rows},
+                            small=small,
                         )
                     if job.rejects_table and data.rejects is not None:
                         rejects = data.rejects
@@ -430,7 +450,8 @@ class EpochEngine:
                     return replace(self._seal_idle(writer), timings=clock.totals())
                 self._computed.pop(job.name, None)
                 reads = self._read_inputs_sized(job, batch, session, versions)
-                self._size(job, session, small=_small_inputs(reads))
+                small = _small_inputs(reads)
+                self._size(job, session, small=small)
             with clock.stage("transform"):
                 rows, per_epoch = self.transform(
                     job,
@@ -438,6 +459,7 @@ class EpochEngine:
                     batch,
                     epoch.barrier_ts,
                     {table: read.frame for table, read in reads.items()},
+                    small=small,
                 )
             written = writer.write(
                 written, table=job.output, frame=rows, part=0, final=True, mode=job.mode
@@ -707,12 +729,15 @@ class EpochEngine:
         inputs: Mapping[str, DataFrame],
         *,
         read_previous: Callable[[], DataFrame | None] | None = None,
+        small: bool = False,
     ) -> tuple[DataFrame, bool]:
         """The transform's rows with ``_epoch``, and whether it read anything that changes
         from one epoch to the next (its epoch, barrier time or own previous output).
 
         ``read_previous`` gives ``ctx.previous`` (default: the output at its latest sealed
-        version; a recompute gives the revision it builds)."""
+        version; a recompute gives the revision it builds). ``small``: the batch runs with
+        the small-batch settings (:meth:`_size`), a SQL transform's inputs then in one
+        partition each where its first small batch showed that they should be."""
         per_epoch = False
         if job.transform is None:
             (result,) = inputs.values()
@@ -729,11 +754,13 @@ class EpochEngine:
             tagged = None
             try:
                 if isinstance(job.transform, str):
+                    one_task = small and self._one_task.get(job.name, False)
                     for name, frame in ctx.inputs.items():
-                        replace_temp_view(frame, name)
+                        replace_temp_view(single_partition(frame) if one_task else frame, name)
                     # Reading the previous output costs a table open and a file listing:
                     # only for a query that names the output.
-                    if _names(job.transform, job.output) and ctx.previous is not None:
+                    reads_previous = _names(job.transform, job.output)
+                    if reads_previous and ctx.previous is not None:
                         replace_temp_view(ctx.previous, job.output)
                     if job.name not in self._run_alone:
                         tagged = _epoch_tagged_sql(session, job.transform, batch.last)
@@ -742,6 +769,15 @@ class EpochEngine:
                         self._run_alone.add(job.name)
                     else:
                         result = tagged
+                    if small and job.name not in self._one_task:
+                        # A source's slice keeps its tasks (a Kafka slice: one per partition).
+                        self._one_task[job.name] = (
+                            job.source is None
+                            and not reads_previous
+                            and not evaluated_while_planning(
+                                result._jdf.queryExecution().analyzed()
+                            )
+                        )
                 else:
                     result = job.transform(ctx)
                 if not isinstance(result, DataFrame):

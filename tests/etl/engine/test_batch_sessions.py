@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from etl.spark import SMALL_BATCH_CONF, BatchSessions
+from etl.spark import ONE_TASK_CONF, SMALL_BATCH_CONF, BatchSessions
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def sessions(spark) -> BatchSessions:
 
 def _settings(session) -> dict[str, str | None]:
     """The values in effect (a setting's default when it is not set; None: none)."""
-    return {key: session.conf.get(key) for key in SMALL_BATCH_CONF}
+    return {key: session.conf.get(key) for key in ONE_TASK_CONF}
 
 
 def test_a_reused_session_has_none_of_the_last_batchs_views(spark, sessions):
@@ -42,17 +42,22 @@ def test_a_reused_session_has_none_of_the_last_batchs_views(spark, sessions):
 def test_a_reused_session_has_the_settings_of_its_batchs_size(spark, sessions):
     own = _settings(spark)  # the suite's shared session: other tests may have set some
     new = _settings(spark.newSession())
-    assert new != SMALL_BATCH_CONF  # the test session keeps Spark's own settings
+    expected = {
+        "default": new,
+        "small": {**new, **SMALL_BATCH_CONF},
+        "one_task": ONE_TASK_CONF,
+    }
+    assert new != expected["small"] != expected["one_task"]  # Spark's own settings differ
     first = sessions.session("job")
     assert _settings(first) == new
-    sessions.size("job", small=True)
-    assert _settings(first) == SMALL_BATCH_CONF
+    sessions.size("job", "small")
+    assert _settings(first) == expected["small"]
 
-    for small in (True, False, False, True, False):
+    for size in ("one_task", "small", "default", "default", "one_task", "default", "small"):
         again = sessions.session("job")
         assert again is first
-        sessions.size("job", small=small)
-        assert _settings(again) == (SMALL_BATCH_CONF if small else new), small
+        sessions.size("job", size)
+        assert _settings(again) == expected[size], size
     # The session the job was built from is untouched.
     assert _settings(spark) == own
 
@@ -62,7 +67,7 @@ def test_each_job_has_a_session_of_its_own(spark, sessions):
     assert one is not other
     one.range(1).createOrReplaceTempView("only_in_a")
     assert not other.catalog.tableExists("only_in_a")
-    sessions.size("a", small=True)
-    sessions.size("b", small=False)
-    assert _settings(one) == SMALL_BATCH_CONF
+    sessions.size("a", "one_task")
+    sessions.size("b", "default")
+    assert _settings(one) == ONE_TASK_CONF
     assert _settings(other) == _settings(spark.newSession())
