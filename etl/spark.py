@@ -225,15 +225,20 @@ _EVALUATED_WHILE_PLANNING = frozenset(
 
 
 def evaluated_while_planning(plan: Any) -> bool:
-    """Whether a logical ``plan`` (a Py4J object) and the subqueries of its expressions
-    hold only operators the optimizer evaluates over local relations
-    (:data:`_EVALUATED_WHILE_PLANNING`): over inputs the driver read, such a query's rows
-    come out of its plan without a Spark job. A few Py4J calls per operator."""
+    """Whether a query's analyzed ``plan`` (a Py4J object) holds, above the views it
+    reads and in the subqueries of its expressions, only operators the optimizer
+    evaluates over local relations (:data:`_EVALUATED_WHILE_PLANNING`): over inputs the
+    driver read, such a query's rows come out of its plan without a Spark job. The views'
+    own plans are not looked at: a query is the same whether this batch's inputs are
+    local relations or larger ones Spark reads. A few Py4J calls per operator."""
     pending = [plan]
     while pending:
         node = pending.pop()
-        if node.nodeName() not in _EVALUATED_WHILE_PLANNING:
+        name = node.nodeName()
+        if name not in _EVALUATED_WHILE_PLANNING:
             return False
+        if name == "View":
+            continue
         for nested in (node.children(), node.subqueries()):
             pending.extend(nested.apply(i) for i in range(nested.size()))
     return True

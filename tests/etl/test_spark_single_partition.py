@@ -72,6 +72,20 @@ def test_a_projection_or_filter_of_local_relations_is_computed_while_planning(se
     assert frame._jdf.queryExecution().optimizedPlan().nodeName() == "LocalRelation"
 
 
+def test_a_query_is_told_apart_by_its_own_operators_not_its_inputs(session, tmp_path):
+    """An input larger than the driver reads is a Parquet scan that Spark runs a job
+    for: a projection of it is still a projection (its next, smaller input is a local
+    relation again), and an aggregate of local relations is still an aggregate."""
+    session.createDataFrame(_ROWS).write.parquet(str(tmp_path / "a"))
+    session.read.parquet(str(tmp_path / "a")).createOrReplaceTempView("a")
+    projection = session.sql(COMPUTED_WHILE_PLANNING["projection"])
+    assert projection._jdf.queryExecution().optimizedPlan().nodeName() != "LocalRelation"
+    assert evaluated_while_planning(projection._jdf.queryExecution().analyzed())
+    _views(session, one_partition=False)
+    aggregate = session.sql(RUN_BY_SPARK["aggregate"])
+    assert not evaluated_while_planning(aggregate._jdf.queryExecution().analyzed())
+
+
 @pytest.mark.parametrize("query", RUN_BY_SPARK.values(), ids=RUN_BY_SPARK)
 def test_any_other_query_runs_in_one_task_over_single_partitions(spark, session, query):
     _views(session, one_partition=False)

@@ -17,7 +17,7 @@ import pytest
 
 from catalog import load_catalog
 from etl import FileSource, Pipeline, Runner
-from etl.delta.read import read_arrow
+from etl.delta.read import DRIVER_READ_BYTES, read_arrow
 from tests.support.chains import SCHEMA, three_jobs
 from tests.support.spark_work import PLANNING_CALLS, SparkCounters, py4j_calls
 
@@ -87,7 +87,11 @@ def _fan_in(incoming: Path) -> Pipeline:
 
 
 def _work_per_batch(
-    tmp_path: Path, spark, epochs: int, chain: Callable[[Path], Pipeline] = _chain
+    tmp_path: Path,
+    spark,
+    epochs: int,
+    chain: Callable[[Path], Pipeline] = _chain,
+    first_rows: int = 9,
 ) -> dict[str, list[SparkWork]]:
     incoming = tmp_path / "in"
     incoming.mkdir()
@@ -123,7 +127,7 @@ def _work_per_batch(
     for epoch in range(epochs):
         rows = [
             json.dumps({"id": epoch * 10 + i, "customer": i % 3, "amount": i + 0.5})
-            for i in range(9)
+            for i in range(first_rows if epoch == 0 else 9)
         ]
         (incoming / f"{epoch:04d}.json").write_text("\n".join(rows) + "\n")
         result = runner.run_once()
@@ -202,3 +206,15 @@ def test_a_query_spark_cannot_compute_while_planning_runs_in_one_task(tmp_path, 
     assert {(r["_epoch"] - first, r["customer"]): r["matches"] for r in pairs} == {
         key: n for key, n in expected_pairs.items() if n
     }
+
+
+def test_a_first_batch_larger_than_the_driver_reads_leaves_the_next_ones_without_a_job(
+    tmp_path, spark
+):
+    """The first epoch's slice is more than the driver reads (a Parquet scan, a Spark job);
+    the filter reading it is still a filter: its next batches, over small slices the
+    driver reads, are computed while planning, not in one task of a job of their own."""
+    assert 100_000 * 16 > DRIVER_READ_BYTES  # ids and amounts: 16 bytes a row in Parquet
+    work = _work_per_batch(tmp_path, spark, 5, first_rows=100_000)
+    assert {w.jobs for w in work["clean"]} == {0}, work["clean"]
+    assert {w.tasks for w in work["latest"]} == {1}, work["latest"]
