@@ -214,7 +214,7 @@ def test_a_first_batch_larger_than_the_driver_reads_leaves_the_next_ones_without
     """The first epoch's slice is more than the driver reads (a Parquet scan, a Spark job);
     the filter reading it is still a filter: its next batches, over small slices the
     driver reads, are computed while planning, not in one task of a job of their own."""
-    assert 100_000 * 16 > DRIVER_READ_BYTES  # ids and amounts: 16 bytes a row in Parquet
+    assert DRIVER_READ_BYTES < 100_000 * 16  # ids and amounts: 16 bytes a row in Parquet
     work = _work_per_batch(tmp_path, spark, 5, first_rows=100_000)
     assert {w.jobs for w in work["clean"]} == {0}, work["clean"]
     assert {w.tasks for w in work["latest"]} == {1}, work["latest"]
