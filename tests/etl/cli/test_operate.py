@@ -436,15 +436,17 @@ def test_two_pipelines_run_concurrently_in_one_warehouse(tmp_path, backend, requ
     if backend == "postgres":
         where = (*where, "--catalog", request.getfixturevalue("postgres_url"))
     words_sent, sales_sent = 0, 0
+    fed_at = datetime.now(UTC)
 
     def feed(n: int) -> None:
-        nonlocal words_sent, sales_sent
+        nonlocal words_sent, sales_sent, fed_at
         hidden = incoming / f".w{n}.tmp"
         hidden.write_text("apple\npear\n")
         os.replace(hidden, incoming / f"w{n}.txt")
         words_sent += 2
         drop(sdrops, f"s{n}.json", [{"id": n, "amount": 1.5}])
         sales_sent += 1
+        fed_at = datetime.now(UTC)
 
     feed(0)
     runs = {
@@ -495,6 +497,18 @@ def test_two_pipelines_run_concurrently_in_one_warehouse(tmp_path, backend, requ
             feed(n)
             n += 1
             time.sleep(1.0)
+
+        def covers_the_last_files(pipeline: str) -> bool:
+            """A stopped run opens no new epoch: the last files must be in a committed one
+            (a loaded machine may not have opened it within the second after them)."""
+            commit = catalog.latest_commit(pipeline=pipeline)
+            return commit is not None and catalog.get_epoch(commit.epoch).barrier_ts > fed_at
+
+        while not all(covers_the_last_files(p) for p in runs):
+            for name, child in runs.items():
+                assert child.poll() is None, (name, child.communicate()[1])
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
     for child in runs.values():
         child.send_signal(signal.SIGTERM)
     for name, child in runs.items():
