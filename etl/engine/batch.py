@@ -70,6 +70,7 @@ from etl.sources.base import DirectSlice, DirectWrite, SealedTable, SliceRequest
 from etl.spark import (
     SMALL_BATCH_BYTES,
     BatchSessions,
+    BatchSize,
     configure_small_batch,
     evaluated_while_planning,
     replace_temp_view,
@@ -363,10 +364,15 @@ class EpochEngine:
         if callable(job.transform):  # a new session: Spark's settings
             if small:
                 configure_small_batch(session)
-        elif not small:
-            self._sessions.size(job.name, "default")
         else:
-            self._sessions.size(job.name, "one_task" if self._one_task.get(job.name) else "small")
+            self._sessions.size(job.name, self._batch_size(job, small=small))
+
+    def _batch_size(self, job: Job, *, small: bool) -> BatchSize:
+        """The settings of a SQL transform's batch: ``one_task`` for a small one whose
+        query its first small batch showed needs Spark (:attr:`_one_task`)."""
+        if not small:
+            return "default"
+        return "one_task" if self._one_task.get(job.name) else "small"
 
     def _run_batch(
         self, job: Job, batch: EpochBatch, lease: Lease, check_lease: LeaseCheck | None
@@ -754,7 +760,7 @@ class EpochEngine:
             tagged = None
             try:
                 if isinstance(job.transform, str):
-                    one_task = small and self._one_task.get(job.name, False)
+                    one_task = self._batch_size(job, small=small) == "one_task"
                     for name, frame in ctx.inputs.items():
                         replace_temp_view(single_partition(frame) if one_task else frame, name)
                     # Reading the previous output costs a table open and a file listing:
