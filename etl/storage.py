@@ -100,6 +100,25 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(location)
 
 
+def list_directory(
+    fs: pafs.FileSystem, path: str, *, recursive: bool = False
+) -> list[pafs.FileInfo]:
+    """The entries under directory ``path`` of ``fs`` (with ``recursive``, those of its
+    subdirectories too); none when it does not exist.
+
+    Arrow's local listing reports a directory created while it looked (missing when
+    opened, present when checked again: a table's ``_delta_log`` whose first commit another
+    writer is writing) as FileNotFoundError; a directory once seen stays, so it is listed
+    again."""
+    import pyarrow.fs as pafs
+
+    selector = pafs.FileSelector(path, recursive=recursive, allow_not_found=True)
+    try:
+        return fs.get_file_info(selector)
+    except FileNotFoundError:
+        return fs.get_file_info(selector)
+
+
 @functools.cache
 def _local() -> pafs.FileSystem:
     import pyarrow.fs as pafs
@@ -281,6 +300,7 @@ __all__ = [
     "duckdb_secret",
     "filesystem",
     "is_local",
+    "list_directory",
     "object_store",
     "put_if_absent",
     "read_object",

@@ -41,7 +41,7 @@ from etl.delta.layout import (
 )
 from etl.delta.local import estimated_bytes, local_rows
 from etl.errors import InvalidWriteOptionError
-from etl.storage import spark_io
+from etl.storage import list_directory, spark_io
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -513,7 +513,7 @@ def remove_staging(location: str) -> int:
     location = normalize_location(location)
     fs, root = filesystem(location)
     try:
-        entries = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        entries = list_directory(fs, root)
     except OSError:
         return 0
     stale = [

@@ -27,7 +27,7 @@ from urllib.parse import unquote
 
 from etl.delta.layout import filesystem, normalize_location
 from etl.errors import DeltaIOError
-from etl.storage import is_local, put_if_absent, read_object
+from etl.storage import is_local, list_directory, put_if_absent, read_object
 
 if TYPE_CHECKING:
     # pyarrow (and the DV codec, which needs it) are imported where used: a reader's
@@ -50,11 +50,10 @@ DELETION_VECTORS = "deletionVectors"
 
 def log_versions(fs: pafs.FileSystem, root: str) -> tuple[list[int], dict[int, float]]:
     """(commit versions with a JSON entry, {checkpoint version: its file's mtime})."""
-    import pyarrow.fs as pafs
 
     commits: list[int] = []
     checkpoints: dict[int, float] = {}
-    for info in fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_DIR}", allow_not_found=True)):
+    for info in list_directory(fs, f"{root}/{LOG_DIR}"):
         if match := COMMIT_FILE.match(info.base_name):
             commits.append(int(match.group(1)))
         elif match := CHECKPOINT_FILE.match(info.base_name):

@@ -34,6 +34,7 @@ from etl.delta.logfile import (
     log_entry,
     log_versions,
 )
+from etl.storage import list_directory
 
 MAINTENANCE_META = "delta_barrier.maintenance"
 """commitInfo key of maintenance commits (value: ``compaction``)."""
@@ -127,7 +128,7 @@ def stored_files(location: str) -> list[StoredFile]:
     location = normalize_location(location)
     fs, root = filesystem(location)
     found = []
-    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
+    for info in list_directory(fs, root, recursive=True):
         if not info.is_file:
             continue
         relative = info.path[len(root) + 1 :]
@@ -149,7 +150,7 @@ def staging_dirs(location: str) -> list[StoredFile]:
     location = normalize_location(location)
     fs, root = filesystem(location)
     dirs = []
-    for info in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
+    for info in list_directory(fs, root):
         if info.type != pafs.FileType.Directory or not info.base_name.startswith(STAGING_PREFIX):
             continue
         inside = fs.get_file_info(pafs.FileSelector(info.path, recursive=True))
@@ -175,7 +176,7 @@ def temporary_leftovers(location: str) -> list[StoredFile]:
         ("", lambda name: name.startswith("." + DV_FILE_PREFIX) and name.endswith(".tmp")),
     ):
         where = f"{root}/{directory}" if directory else root
-        for info in fs.get_file_info(pafs.FileSelector(where, allow_not_found=True)):
+        for info in list_directory(fs, where):
             if info.is_file and is_leftover(info.base_name):
                 mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
                 path = f"{directory}/{info.base_name}" if directory else info.base_name
