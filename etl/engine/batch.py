@@ -71,6 +71,7 @@ from etl.spark import (
     SMALL_BATCH_BYTES,
     BatchSessions,
     BatchSize,
+    answer_without_delay,
     configure_small_batch,
     evaluated_while_planning,
     replace_temp_view,
@@ -352,6 +353,7 @@ class EpochEngine:
         ``check_lease`` is called before every write and raises LeaseLostError once the
         runner lost the job's lease: the batch stops before it changes anything more.
         """
+        answer_without_delay(self.spark)
         try:
             return self._run_batch(job, batch, lease, check_lease)
         except DeltaBarrierError:

@@ -208,10 +208,11 @@ class SnapshotReader:
     # -- Spark -------------------------------------------------------------------------
 
     def _spark_session(self) -> SparkSession:
-        if self._spark is None:
-            from etl.spark import build_spark
+        from etl.spark import answer_without_delay, build_spark
 
+        if self._spark is None:
             self._spark = build_spark()
+        answer_without_delay(self._spark)  # the reading thread may not be the builder's
         return self._spark
 
     def table(self, name: str) -> DataFrame:
