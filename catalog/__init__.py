@@ -77,6 +77,7 @@ from catalog.models import (
 )
 from catalog.reads import CatalogReads, open_for_reads
 from catalog.urls import CATALOG_FILE_NAME, mask_url, url_password
+from catalog.write_gate import writes_held
 from consistency.records import (
     PIPELINE_DEFAULT,
     Epoch,
@@ -110,6 +111,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "as_utc",
+    "writes_held",
     "AttemptFloor",
     "CATALOG_FILE_NAME",
     "CatalogReads",

@@ -33,6 +33,7 @@ from catalog.urls import (
     mask_url,
     url_password,
 )
+from catalog.write_gate import write_transaction
 
 
 def normalize_url(url: str | sa.URL) -> tuple[Backend, sa.URL]:
@@ -126,7 +127,7 @@ class Database:
     def _connect(self, *, write: bool, snapshot: bool = False) -> Iterator[sa.Connection]:
         if write and self.read_only:
             raise CatalogReadOnlyError(url=self.url)
-        with self._thread_lock:
+        with write_transaction() if write else nullcontext(), self._thread_lock:
             try:
                 engine = self.engine if write or snapshot else self._autocommit_engine
                 conn = engine.connect()

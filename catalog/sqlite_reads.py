@@ -39,6 +39,7 @@ from catalog.errors import (
 )
 from catalog.models import EpochExpiry, Pin, TableInfo, Tag, pin_ttl
 from catalog.urls import catalog_url
+from catalog.write_gate import write_transaction
 from consistency.records import Epoch, EpochState, Revision, TableEpoch
 from consistency.timestamps import as_utc
 
@@ -202,7 +203,7 @@ class SqliteReads:
     def _write(self) -> Iterator[sqlite3.Connection]:
         """A write transaction under the catalog's write lock (``BEGIN IMMEDIATE``),
         rolled back if anything in it fails."""
-        with self._lock:
+        with write_transaction(), self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
                 try:

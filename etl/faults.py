@@ -13,7 +13,9 @@ Set ``DELTA_BARRIER_FAULT`` to one or more specs separated by ``;`` or ``,``::
 ``crash`` calls ``os._exit(FAULT_EXIT_CODE)``, exactly as a killed process would: no
 cleanup, no finally blocks. ``pause`` stops the process with SIGSTOP, so that a test can
 take over its leases and later SIGCONT it: a zombie that wakes up late and goes on from
-the very point where it stopped. A spec fires once per process.
+the very point where it stopped. It stops between catalog write transactions (none of its
+threads' open, none begun: :func:`catalog.writes_held`), so that the catalog stays
+writable by the test meanwhile. A spec fires once per process.
 
 Examples: ``after_commit@ingest:2#3``, ``pause:before_commit@etl1:2``,
 ``crash:after_seal@a:1;crash:before_commit@b:3``.
@@ -26,6 +28,8 @@ import signal
 import threading
 from dataclasses import dataclass
 from typing import Literal, get_args
+
+from catalog import writes_held
 
 FaultPoint = Literal[
     "after_claim",
@@ -131,8 +135,12 @@ def maybe_crash(point: FaultPoint, *, job: str, epoch: int) -> None:
                 due.append(spec)
     for spec in due:
         if spec.action == "pause":
-            # To this thread: it stops before it returns. Sent to the process, the stop is
-            # taken by the main thread, while a job thread goes on (commits) until stopped.
-            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+            # Between catalog transactions: a process stopped inside one of its other
+            # threads' would keep the catalog's write lock from every other process.
+            with writes_held():
+                # To this thread: it stops before it returns. Sent to the process, the stop
+                # is taken by the main thread, while a job thread goes on (commits) until
+                # stopped.
+                signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
         else:
             os._exit(FAULT_EXIT_CODE)

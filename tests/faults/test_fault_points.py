@@ -157,3 +157,55 @@ def test_pause_stops_the_thread_that_reached_the_point_before_it_goes_on(tmp_pat
             if child.poll() is None:
                 child.kill()
         marker.write_text("")
+
+
+_WRITER_CHILD = """
+import sys, threading, time
+import sqlalchemy as sa
+from catalog.connection import Database
+from etl.faults import maybe_crash
+
+database = Database("sqlite:///" + sys.argv[1], create=True, read_only=None)
+inside = threading.Event()
+
+def renew():  # another thread of the process (a lease renewal) inside a write
+    with database.write() as conn:
+        conn.execute(sa.text("INSERT INTO t VALUES (1)"))
+        inside.set()
+        time.sleep(0.5)
+
+with database.write() as conn:
+    conn.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+writer = threading.Thread(target=renew)
+writer.start()
+inside.wait()
+maybe_crash("after_commit", job="j", epoch=1)
+writer.join()
+"""
+
+
+def test_a_paused_process_keeps_no_catalog_write_lock(tmp_path):
+    """The pause waits for the process's other write transactions to end: stopped, it
+    keeps no lock that would make every other writer of the catalog wait out its busy
+    timeout (a zombie test's own catalog writes failed so, now and then)."""
+    import sqlite3
+
+    from tests.support.faults.process import wait_stopped
+
+    path = tmp_path / "catalog.sqlite"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _WRITER_CHILD, str(path)],
+        env={**os.environ, FAULT_ENV: "pause:after_commit@j", "PYTHONPATH": os.getcwd()},
+    )
+    try:
+        assert wait_stopped(child.pid, timeout=60)
+        other = sqlite3.connect(path, timeout=2, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # "database is locked" if the stopped one held it
+        assert other.execute("SELECT count(*) FROM t").fetchone() == (1,)
+        other.execute("ROLLBACK")
+        other.close()
+        os.kill(child.pid, signal.SIGCONT)
+        assert child.wait(timeout=30) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
