@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 
 class _WriteGate:
@@ -55,7 +55,7 @@ _gate = _WriteGate()
 write_transaction = _gate.transaction
 
 
-def writes_held(timeout: float = 30.0):
+def writes_held(timeout: float = 30.0) -> AbstractContextManager[bool]:
     """See :meth:`_WriteGate.held`: the process's catalog writes, held back."""
     return _gate.held(timeout)
 

@@ -50,7 +50,6 @@ DELETION_VECTORS = "deletionVectors"
 
 def log_versions(fs: pafs.FileSystem, root: str) -> tuple[list[int], dict[int, float]]:
     """(commit versions with a JSON entry, {checkpoint version: its file's mtime})."""
-
     commits: list[int] = []
     checkpoints: dict[int, float] = {}
     for info in list_directory(fs, f"{root}/{LOG_DIR}"):
