@@ -146,14 +146,17 @@ def _is_table_file(name: str) -> bool:
 
 def staging_dirs(location: str) -> list[StoredFile]:
     """Staging directories of writes (a crashed batch leaves its own): size of their files
-    and the newest modification time inside."""
+    and the newest modification time inside. One its writer removed while it was listed
+    (a batch that committed) is not one."""
     location = normalize_location(location)
     fs, root = filesystem(location)
     dirs = []
     for info in list_directory(fs, root):
         if info.type != pafs.FileType.Directory or not info.base_name.startswith(STAGING_PREFIX):
             continue
-        inside = fs.get_file_info(pafs.FileSelector(info.path, recursive=True))
+        inside = list_directory(fs, info.path, recursive=True)
+        if not inside and fs.get_file_info(info.path).type == pafs.FileType.NotFound:
+            continue
         times = [i.mtime.timestamp() for i in [info, *inside] if i.mtime is not None]
         size = sum(i.size or 0 for i in inside if i.is_file)
         dirs.append(StoredFile(info.base_name, size, max(times) if times else time.time()))
