@@ -124,8 +124,16 @@ def sql(
 
     Example: etl sql "SELECT cnt, words FROM cnt_counts" --consistency repeatable-read
     """
+    from etl.reader.translation import translate, translate_ahead
+
+    if engine is Engine.DUCKDB:
+        # A first run's translation is made in a child meanwhile (translate_ahead).
+        translate_ahead(query)
+        from etl.reader.duckdb_session import open_ahead
+
+        open_ahead()
     from catalog import as_utc
-    from etl.reader import snapshot, translate
+    from etl.reader import snapshot
 
     level = parse_consistency(consistency)
     when = time_travel(level, as_of_epoch, as_of_time, as_of_tag)

@@ -106,18 +106,32 @@ def attach_alias(table: str) -> str:
 def connect() -> duckdb.DuckDBPyConnection:
     """A new connection to the process's one in-memory DuckDB database (opening one and
     loading the Delta extension into it cost more than a whole warm read)."""
-    global _DUCKDB
     with _DUCKDB_LOCK:
-        if _DUCKDB is None:
-            import duckdb
-
-            database = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-            path = delta_extension_path().replace("'", "''")
-            database.execute(f"LOAD '{path}'")
-            _DUCKDB = database
-        connection = _DUCKDB.cursor()
+        connection = _database().cursor()
     connection.execute("SET TimeZone = 'UTC'")
     return connection
+
+
+def open_ahead() -> None:
+    """Open the process's DuckDB database before a read needs it (while a query is being
+    translated: :func:`etl.reader.translation.translate_ahead`). A failure (the Delta
+    extension missing) is left for the read to report, in its turn."""
+    with _DUCKDB_LOCK, contextlib.suppress(Exception):
+        _database()
+
+
+def _database() -> duckdb.DuckDBPyConnection:
+    """The process's DuckDB database, opened with the Delta extension on first use (under
+    ``_DUCKDB_LOCK``)."""
+    global _DUCKDB
+    if _DUCKDB is None:
+        import duckdb
+
+        database = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+        path = delta_extension_path().replace("'", "''")
+        database.execute(f"LOAD '{path}'")
+        _DUCKDB = database
+    return _DUCKDB
 
 
 _HTTPFS_LOADED = False
@@ -151,6 +165,7 @@ __all__ = [
     "duckdb_script",
     "httpfs_extension_path",
     "load_httpfs",
+    "open_ahead",
     "quote_identifier",
     "sql_text",
     "table_uri",

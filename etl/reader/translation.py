@@ -27,13 +27,14 @@ import importlib.util
 import json
 import logging
 import os
+import sys
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from etl.errors import SqlTablesError
 from etl.reader.names import OutputNames, spark_column_names
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class TranslatedQuery:
         types (``column_types`` is asked only for a query that averages)."""
         schema = column_types() if self.averages else {}
         typing_key = _digest(json.dumps(schema, sort_keys=True)) if schema else ""
-        kept = _duckdb_texts(_read_entry(self.text))
+        kept = _duckdb_texts(_kept_entry(self.text))
         if typing_key in kept:
             return kept[typing_key]
         text = _parsed(self.text).for_duckdb(schema or None)
@@ -82,10 +83,11 @@ class TranslatedQuery:
 
 @functools.lru_cache(maxsize=64)
 def translate(sql: str) -> TranslatedQuery:
-    """The query's translation: kept from an earlier run, or made with sqlglot (and kept).
-    Raises SqlTablesError for text that is not one query (see
-    :func:`etl.reader.query.parse_query`)."""
-    cached = _read_entry(sql)
+    """The query's translation: kept from an earlier run, made by :func:`translate_ahead`'s
+    child, or made with sqlglot (and kept). Raises SqlTablesError for text that is not one
+    query (see :func:`etl.reader.query.parse_query`)."""
+    _take_ahead(sql)
+    cached = _kept_entry(sql)
     if cached is not None:
         try:
             output = cached["output_names"]
@@ -108,8 +110,84 @@ def translate(sql: str) -> TranslatedQuery:
     return translated
 
 
+# -- translating ahead -----------------------------------------------------------------------
+
+_AHEAD: dict[str, tuple[int, int]] = {}
+"""Per query text, the child translating it: (process id, the read end of its pipe)."""
+_TAKEN: dict[str, dict] = {}
+"""Per query text, the entry this process took from a child (kept here too when the cache
+is off)."""
+
+
+def translate_ahead(sql: str) -> None:
+    """Start translating ``sql`` in a child process, for a command that opens its catalog
+    and DuckDB meanwhile: on a first run, importing sqlglot and translating are the longest
+    step, on one core, while the other waits. The next :func:`translate` of ``sql`` takes
+    the child's translation; when the child gives none (a query that does not parse, a
+    child that failed), :func:`translate` translates as if it had not been started, and a
+    query that does not parse is reported as always.
+
+    Done only where it is safe and gains anything: not for a query whose translation is
+    kept, and only on Linux by a process running one thread (a fork copies only the thread
+    that forks: a lock another thread held would stay locked in the child). For a
+    command's process, not a library's: the child is the caller's copy."""
+    if (
+        sql in _AHEAD
+        or sys.platform != "linux"
+        or threading.active_count() != 1
+        or _kept_entry(sql) is not None
+    ):
+        return
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as exc:  # no process to spare: translate() does it, as without a child
+        log.debug("query not translated ahead: %s", exc)
+        os.close(read_end)
+        os.close(write_end)
+        return
+    if pid == 0:  # the child: its translation on the pipe, and nothing else of the parent's
+        status = 1
+        try:
+            os.close(read_end)
+            # Not the command's output: whoever reads it waits for the command alone.
+            quiet = os.open(os.devnull, os.O_RDWR)
+            for stream in (0, 1, 2):
+                os.dup2(quiet, stream)
+            translated = translate(sql)
+            texts = {} if translated.averages else {"": translated.for_duckdb(dict)}
+            with os.fdopen(write_end, "w") as out:
+                json.dump(_entry(translated, texts), out)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    _AHEAD[sql] = (pid, read_end)
+
+
+def _take_ahead(sql: str) -> None:
+    """Wait for the child translating ``sql``, if one was started, and keep what it gave."""
+    started = _AHEAD.pop(sql, None)
+    if started is None:
+        return
+    pid, read_end = started
+    with os.fdopen(read_end) as pipe:
+        given = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        return
+    try:
+        entry = json.loads(given)
+    except ValueError:
+        return
+    if _is_entry_of(entry, sql):
+        _TAKEN[sql] = entry
+
+
 def tables_in_sql(sql: str) -> list[str]:
     """The table names a SQL query reads (CTEs, aliases, hints excluded), in order of appearance."""
+    from etl.errors import SqlTablesError
+
     tables = list(translate(sql).tables)
     if not tables:
         raise SqlTablesError(sql=sql, problem="the SQL reads no table")
@@ -180,6 +258,11 @@ def entry_path(sql: str) -> Path | None:
     return directory / f"{_digest(fingerprint + chr(0) + sql)}.json"
 
 
+def _kept_entry(sql: str) -> dict | None:
+    """The entry of ``sql`` a child gave this process, else the one kept on disk."""
+    return _TAKEN.get(sql) or _read_entry(sql)
+
+
 def _read_entry(sql: str) -> dict | None:
     """The kept entry of ``sql``, if one was written for this text by this translator."""
     path = entry_path(sql)
@@ -189,14 +272,17 @@ def _read_entry(sql: str) -> dict | None:
         entry = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if (
-        not isinstance(entry, dict)
-        or entry.get("format") != ENTRY_FORMAT
-        or entry.get("fingerprint") != translator_fingerprint()
-        or entry.get("text") != sql
-    ):
-        return None
-    return entry
+    return entry if _is_entry_of(entry, sql) else None
+
+
+def _is_entry_of(entry: object, sql: str) -> bool:
+    """Whether ``entry`` is a translation of ``sql`` made by this translator."""
+    return (
+        isinstance(entry, dict)
+        and entry.get("format") == ENTRY_FORMAT
+        and entry.get("fingerprint") == translator_fingerprint()
+        and entry.get("text") == sql
+    )
 
 
 def _duckdb_texts(entry: dict | None) -> dict[str, str]:
@@ -211,15 +297,7 @@ def _write_entry(query: TranslatedQuery, duckdb_texts: Mapping[str, str]) -> Non
     path = entry_path(query.text)
     if path is None:
         return
-    entry = {
-        "format": ENTRY_FORMAT,
-        "fingerprint": translator_fingerprint(),
-        "text": query.text,
-        "tables": list(query.tables),
-        "output_names": None if query.output_names is None else list(query.output_names),
-        "averages": query.averages,
-        "duckdb": dict(duckdb_texts),
-    }
+    entry = _entry(query, duckdb_texts)
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
@@ -233,6 +311,18 @@ def _write_entry(query: TranslatedQuery, duckdb_texts: Mapping[str, str]) -> Non
         _drop_oldest(path.parent)
     except OSError as exc:
         log.debug("query translation not kept in %s: %s", path.parent, exc)
+
+
+def _entry(query: TranslatedQuery, duckdb_texts: Mapping[str, str]) -> dict:
+    return {
+        "format": ENTRY_FORMAT,
+        "fingerprint": translator_fingerprint(),
+        "text": query.text,
+        "tables": list(query.tables),
+        "output_names": None if query.output_names is None else list(query.output_names),
+        "averages": query.averages,
+        "duckdb": dict(duckdb_texts),
+    }
 
 
 def _drop_oldest(directory: Path) -> None:
@@ -254,5 +344,6 @@ __all__ = [
     "entry_path",
     "tables_in_sql",
     "translate",
+    "translate_ahead",
     "translator_fingerprint",
 ]
