@@ -124,6 +124,8 @@ def sql(
 
     Example: etl sql "SELECT cnt, words FROM cnt_counts" --consistency repeatable-read
     """
+    from catalog import as_utc
+    from etl.reader import snapshot
     from etl.reader.translation import translate, translate_ahead
 
     if engine is Engine.DUCKDB:
@@ -132,8 +134,6 @@ def sql(
         from etl.reader.duckdb_session import open_ahead
 
         open_ahead()
-    from catalog import as_utc
-    from etl.reader import snapshot
 
     level = parse_consistency(consistency)
     when = time_travel(level, as_of_epoch, as_of_time, as_of_tag)
