@@ -21,6 +21,7 @@ import logging
 import random
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, get_args
@@ -318,12 +319,28 @@ def _back_off(lost: int) -> None:
     time.sleep(random.uniform(0, min(_BACKOFF_CAP_SECONDS, 0.002 * 2**lost)))
 
 
+def checkpoint_phase(location: str) -> int:
+    """Where in every :data:`CHECKPOINT_INTERVAL` versions the table at ``location`` takes
+    its checkpoint, by a hash of its directory's name (the table's name in a warehouse):
+    the jobs of a pipeline commit in step, each once an epoch, and with one phase for all,
+    every table of a wide pipeline would write its checkpoint in the same epoch (every
+    tenth epoch paying for all of them, bench/RESULTS-issue28.md, session 52)."""
+    name = normalize_location(location).rsplit("/", 1)[-1]
+    return zlib.crc32(name.encode()) % CHECKPOINT_INTERVAL
+
+
+def checkpoint_due(location: str, version: int) -> bool:
+    """Whether a commit of ``version`` to ``location`` writes a checkpoint: one every
+    :data:`CHECKPOINT_INTERVAL` versions, at the table's :func:`checkpoint_phase`."""
+    return version > 0 and (version + checkpoint_phase(location)) % CHECKPOINT_INTERVAL == 0
+
+
 def checkpointed(location: str, version: int) -> int:
-    """Checkpoint ``version`` when it is due (every :data:`CHECKPOINT_INTERVAL` versions);
-    returns ``version``. Opening a table replays the JSON commits after its newest
-    checkpoint, and a job commits once per epoch: without checkpoints that often, every
-    open of a busy table grows slower with its history."""
-    if version > 0 and version % CHECKPOINT_INTERVAL == 0:
+    """Checkpoint ``version`` when it is due (:func:`checkpoint_due`); returns ``version``.
+    Opening a table replays the JSON commits after its newest checkpoint, and a job commits
+    once per epoch: without checkpoints that often, every open of a busy table grows slower
+    with its history."""
+    if checkpoint_due(location, version):
         try:
             with loaded_table(location, version=version, operation="checkpoint") as table:
                 table.create_checkpoint()
@@ -581,6 +598,8 @@ __all__ = [
     "FenceRule",
     "Plan",
     "PlannedOn",
+    "checkpoint_due",
+    "checkpoint_phase",
     "checkpointed",
     "claim_table",
     "commit_files",

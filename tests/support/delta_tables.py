@@ -1,15 +1,19 @@
-"""Committing files a test wrote from a DataFrame to a Delta table, and rows of every
-kind of column to write."""
+"""Committing files a test wrote from a DataFrame to a Delta table, rows of every kind of
+column to write, and a table's copy read from its newest checkpoint on."""
 
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from collections.abc import Sequence
 from decimal import Decimal
+from pathlib import Path
 
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from etl.delta import CommitRequest, DataFile, Fence, commit_files
+from etl.delta.layout import filesystem
+from etl.delta.logfile import log_versions
 
 WIDE_COLUMNS = (
     "id long, name string, amount decimal(12,3), ratio double, flag boolean, day date, "
@@ -68,3 +72,17 @@ def commit_frame_files(
             **options,
         ),
     )
+
+
+def copy_from_checkpoint(location: str, copy: Path) -> int:
+    """A copy of the table at ``copy`` without the log entries before its newest checkpoint
+    (as ``etl maintain`` leaves a log): no replay of it is kept, so it is read from the
+    checkpoint on. Returns the checkpoint's version (where it falls depends on the table's
+    checkpoint phase)."""
+    shutil.copytree(location, copy)
+    _, checkpoints = log_versions(*filesystem(str(copy)))
+    assert checkpoints, f"{location} has no checkpoint yet"
+    newest = max(checkpoints)
+    for version in range(newest):
+        (copy / "_delta_log" / f"{version:020d}.json").unlink()
+    return newest

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -790,31 +791,54 @@ def test_every_commit_path_checkpoints_at_the_interval_and_only_there(tmp_path):
     """Opening a table replays the commits after its newest checkpoint: a job commits once
     per epoch, so every commit path (delta-rs' append, overwrite, claim and restore; our
     own log writer's is in test_deletion_vectors) checkpoints every CHECKPOINT_INTERVAL
-    versions, and delta-rs' own hook (every 100) does not add any."""
+    versions, at the table's phase, and delta-rs' own hook (every 100) does not add any."""
+    from etl.delta.commit import checkpoint_due
     from etl.delta.logfile import CHECKPOINT_INTERVAL
 
     location = tmp_path
     first, second = Fence("j", generation=1), Fence("j", generation=2)
-    interval = CHECKPOINT_INTERVAL
-    assert _empty_commit(location, first) == 0
-    while (version := _empty_commit(location, first)) < interval - 1:
-        pass
-    assert claim_table(str(location), fence=second) == interval
-    while (version := _empty_commit(location, second)) < 2 * interval - 1:
-        pass
+    due = [v for v in range(4 * CHECKPOINT_INTERVAL) if checkpoint_due(str(location), v)][:3]
+    assert [b - a for a, b in itertools.pairwise(due)] == [CHECKPOINT_INTERVAL] * 2
+    version = _empty_commit(location, first)
+    assert version == 0
+    while version < due[0] - 1:
+        version = _empty_commit(location, first)
+    assert (version := claim_table(str(location), fence=second)) == due[0]
+    while version < due[1] - 1:
+        version = _empty_commit(location, second)
     assert (
         restore_table(str(location), to_version=1, planned_at=version, fence=second, metadata={})
-        == 2 * interval
+        == due[1]
     )
-    while (version := _empty_commit(location, second)) < 3 * interval - 1:
-        pass
-    assert _empty_commit(location, second, mode="overwrite") == 3 * interval
+    version = due[1]
+    while version < due[2] - 1:
+        version = _empty_commit(location, second)
+    assert _empty_commit(location, second, mode="overwrite") == due[2]
 
     commits, checkpoints = _log_files(location)
-    assert checkpoints == [interval, 2 * interval, 3 * interval]
-    assert commits == list(range(3 * interval + 1))
-    assert DeltaTable(str(location)).version() == 3 * interval
+    assert checkpoints == due
+    assert commits == list(range(due[2] + 1))
+    assert DeltaTable(str(location)).version() == due[2]
     assert DeltaTable(str(location), version=1).version() == 1
+
+
+def test_tables_committing_in_step_spread_their_checkpoints_over_the_versions(tmp_path):
+    """A pipeline's jobs commit in step, once an epoch each: with one phase for every
+    table, a wide pipeline would write all its checkpoints in the same epoch, every tenth
+    one. Each table still checkpoints once every CHECKPOINT_INTERVAL versions."""
+    from etl.delta.commit import checkpoint_due
+    from etl.delta.logfile import CHECKPOINT_INTERVAL
+
+    locations = [tmp_path / f"branch_{i:03d}" for i in range(12)]
+    for _ in range(CHECKPOINT_INTERVAL + 1):
+        for location in locations:
+            _empty_commit(location, FENCE)
+    taken = {}
+    for location in locations:
+        _, checkpoints = _log_files(location)
+        assert len(checkpoints) == 1 and checkpoint_due(str(location), checkpoints[0])
+        taken[location.name] = checkpoints[0]
+    assert len(set(taken.values())) >= 5, taken
 
 
 def test_commits_never_delete_log_entries_whatever_the_tables_log_retention(tmp_path):

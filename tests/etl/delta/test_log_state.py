@@ -19,6 +19,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from etl.delta import CommitRequest, Fence, commit_files, read_arrow, table_version
 from etl.delta.files import write_arrow
 from etl.errors import FencedError
+from tests.support.delta_tables import copy_from_checkpoint
 
 SCHEMA = pa.schema([("id", pa.int64()), ("_epoch", pa.int64())])
 
@@ -140,9 +141,7 @@ def test_the_fence_is_read_from_a_checkpoint_when_the_entries_before_it_are_gone
     # A copy at another place: no replay of it is kept; the entries before its checkpoint
     # are cleaned up (as `etl maintain` does).
     location = str(tmp_path / "copy")
-    shutil.copytree(kept, location)
-    for version in range(2):
-        (Path(location) / "_delta_log" / f"{version:020d}.json").unlink()
+    assert copy_from_checkpoint(kept, tmp_path / "copy") == 2
 
     with pytest.raises(FencedError):
         _commit(location, range(6, 9), zombie, "late")
