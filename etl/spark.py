@@ -15,6 +15,8 @@ from typing import Any, Literal
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
+from etl.delta.local import known_schema
+
 DEFAULT_MASTER = "local[*]"
 
 # Delta readers disagree on INT96 and nanosecond timestamps; microseconds is what the
@@ -259,8 +261,10 @@ def single_partition(frame: DataFrame) -> DataFrame:
     join over one partition is computed in the task that reads it. A small batch's
     aggregate over five inputs was a job of six tasks in two stages, each task a fixed
     cost (its deserialization above all): one task, 69 -> 29 ms of driver JVM
-    (bench/RESULTS-issue28.md, session 49)."""
-    return frame.coalesce(1)
+    (bench/RESULTS-issue28.md, session 49). The schema PySpark knows of ``frame`` is
+    kept: asking Spark for it again is two Py4J round trips and a parse."""
+    single = frame.coalesce(1)
+    return known_schema(single, frame.schema) if "schema" in frame.__dict__ else single
 
 
 _EVALUATED_WHILE_PLANNING = frozenset(
@@ -268,6 +272,13 @@ _EVALUATED_WHILE_PLANNING = frozenset(
 )
 """Logical operators Spark's optimizer evaluates over a local relation while it plans
 (``ConvertToLocalRelation``; aliases and views are gone by then)."""
+
+
+def sql_frame(session: SparkSession, query: str) -> DataFrame:
+    """``session.sql(query)`` for a query without arguments: PySpark's own first formats
+    the text and converts an empty list of arguments into the JVM's (three Py4J round
+    trips more, about 0.3 ms of the driver's Python a query)."""
+    return DataFrame(session._jsparkSession.sql(query), session)
 
 
 def evaluated_while_planning(plan: Any) -> bool:
@@ -417,4 +428,5 @@ __all__ = [
     "configure_small_batch",
     "evaluated_while_planning",
     "single_partition",
+    "sql_frame",
 ]

@@ -39,7 +39,7 @@ from etl.delta.layout import (
     spark_location,
     written_partition_values,
 )
-from etl.delta.local import estimated_bytes, local_rows
+from etl.delta.local import estimated_bytes, known_schema, local_rows
 from etl.errors import InvalidWriteOptionError
 from etl.storage import list_directory, spark_io
 
@@ -454,10 +454,16 @@ def collect_small(df: DataFrame, max_rows: int, max_bytes: int | None = None) ->
     rows in the driver. The estimate (planning, no job) is read off the plan the job then
     runs, not a plan of its own."""
     limited = df.limit(max_rows + 1)
+    if "schema" in df.__dict__:  # a limit keeps the schema PySpark knows already
+        known_schema(limited, df.schema)
     plan = limited._jdf.queryExecution().optimizedPlan()
-    if max_bytes is not None and _estimated_bytes_under_limit(plan) > max_bytes:
-        return None
-    rows = local_rows(limited, plan)
+    node = plan.nodeName()
+    estimate = None
+    if max_bytes is not None:
+        estimate = _estimated_bytes_under_limit(plan, node)
+        if estimate > max_bytes:
+            return None
+    rows = local_rows(limited, plan, node=node, estimate=estimate)
     if rows is None:
         rows = limited.toArrow()
     return rows if rows.num_rows <= max_rows else None
@@ -466,12 +472,14 @@ def collect_small(df: DataFrame, max_rows: int, max_bytes: int | None = None) ->
 _LIMITS = ("GlobalLimit", "LocalLimit")
 
 
-def _estimated_bytes_under_limit(plan) -> int:
+def _estimated_bytes_under_limit(plan, node: str) -> int:
     """Spark's estimate of the rows a ``limit`` limits (a limit's own estimate is its row
     bound times a row's width): the optimizer's statistics of the plan below the limit,
-    from the optimized ``plan`` of the limited frame (which its action reuses)."""
-    while plan.nodeName() in _LIMITS:
+    from the optimized ``plan`` of the limited frame (which its action reuses), whose
+    top node is ``node``."""
+    while node in _LIMITS:
         plan = plan.child()
+        node = plan.nodeName()
     return estimated_bytes(plan)
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -39,6 +41,83 @@ _BATCH_BYTES = 1 << 30
 """No bound of its own on an Arrow batch's bytes: the rows are already in the driver."""
 
 
+@dataclass(frozen=True)
+class _Helpers:
+    """Spark's static methods the conversions call, looked up once per Py4J gateway: each
+    lookup by name is a round trip (a reflection call) before the call itself."""
+
+    read_arrow_stream: Any
+    to_data_frame: Any
+    of_rows: Any
+    to_arrow_batches: Any
+
+
+_helpers: dict[int, tuple[Any, _Helpers]] = {}
+"""Per gateway client (by identity): the client, its helpers."""
+_helpers_lock = threading.Lock()
+
+
+def _helpers_of(spark: SparkSession) -> _Helpers:
+    from py4j.java_gateway import JavaClass
+
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None  # a classic (non-Connect) session
+    client = gateway._gateway_client
+    with _helpers_lock:
+        kept = _helpers.get(id(client))
+        known = kept[1] if kept is not None and kept[0] is client else None
+        if known is None:
+            utils = JavaClass(_PYTHON_SQL_UTILS, client)
+            converters = getattr(JavaClass(_ARROW_CONVERTERS, client), "MODULE$")
+            known = _Helpers(
+                read_arrow_stream=utils.readArrowStreamFromFile,
+                to_data_frame=utils.toDataFrame,
+                of_rows=JavaClass(_DATASET, client).ofRows,
+                to_arrow_batches=converters.toBatchWithSchemaIterator,
+            )
+            _helpers[id(client)] = (client, known)
+        return known
+
+
+@dataclass(frozen=True)
+class _ArrowSettings:
+    large_types: bool
+    max_records: int
+    time_zone: str
+
+
+_arrow_settings: weakref.WeakKeyDictionary[SparkSession, _ArrowSettings] = (
+    weakref.WeakKeyDictionary()
+)
+_arrow_settings_lock = threading.Lock()
+
+
+def _arrow_settings_of(session: SparkSession) -> _ArrowSettings:
+    """The session's settings of Arrow conversions, read at its first conversion: the
+    engine's sessions never change them (a batch changes only :data:`etl.spark`'s
+    small-batch settings; a Python transform has a new session each batch)."""
+    with _arrow_settings_lock:
+        known = _arrow_settings.get(session)
+    if known is None:
+        conf = session._jsparkSession.sessionState().conf()
+        known = _ArrowSettings(
+            large_types=bool(conf.arrowUseLargeVarTypes()),
+            max_records=int(conf.arrowMaxRecordsPerBatch()),
+            time_zone=str(conf.sessionLocalTimeZone()),
+        )
+        with _arrow_settings_lock:
+            _arrow_settings[session] = known
+    return known
+
+
+def known_schema(frame: DataFrame, schema: StructType) -> DataFrame:
+    """``frame`` with its schema known to PySpark: it asks the JVM for a frame's schema
+    once (two Py4J round trips and a parse of its JSON) and keeps it, as a cached
+    property, which a frame whose schema is known already is given here."""
+    frame.__dict__["schema"] = schema
+    return frame
+
+
 def local_frame(
     spark: SparkSession, batches: Sequence[pa.RecordBatch], arrow: pa.Schema, schema: StructType
 ) -> DataFrame:
@@ -48,13 +127,10 @@ def local_frame(
     calls where it makes about forty (it reads eight settings, each element of their
     list a call, and looks Spark's helper class up by name, which the JVM first tries
     as a class of the default package, scanning every jar)."""
-    from py4j.java_gateway import JavaClass
     from pyspark.sql.dataframe import DataFrame
 
     context = spark.sparkContext
-    gateway = context._gateway
-    assert gateway is not None  # a classic (non-Connect) session
-    utils = JavaClass(_PYTHON_SQL_UTILS, gateway._gateway_client)
+    helpers = _helpers_of(spark)
     with tempfile.NamedTemporaryFile(dir=context._temp_dir, delete=False) as handle:
         path = handle.name
         if batches:  # as PySpark writes it: no stream at all for no batch
@@ -62,12 +138,11 @@ def local_frame(
                 for batch in batches:
                     writer.write_batch(batch)
     try:
-        read = utils.readArrowStreamFromFile(path)
+        read = helpers.read_arrow_stream(path)
     finally:
         os.unlink(path)
-    frame = DataFrame(utils.toDataFrame(read, schema.json(), spark._jsparkSession), spark)
-    frame._schema = schema  # as PySpark does: no round trip to ask Spark for it
-    return frame
+    frame = DataFrame(helpers.to_data_frame(read, schema.json(), spark._jsparkSession), spark)
+    return known_schema(frame, schema)
 
 
 SHARED_RELATIONS_KEPT = 16
@@ -123,7 +198,6 @@ def shared_local_frame(
     A fan-out's jobs all read their input's newest epoch: converting its rows into a local
     relation, and Spark's analysis of it, cost the driver JVM about 2.5 ms a thousand rows
     each time (bench/RESULTS-issue28.md, session 47)."""
-    from py4j.java_gateway import JavaClass
     from pyspark.sql.dataframe import DataFrame
 
     plan = _shared.get(key)
@@ -132,42 +206,38 @@ def shared_local_frame(
         frame = local_frame(spark, batches, arrow, schema)
         _shared.put(key, frame._jdf.logicalPlan(), sum(b.nbytes for b in batches))
         return frame
-    gateway = spark.sparkContext._gateway
-    assert gateway is not None  # a classic (non-Connect) session
-    dataset = JavaClass(_DATASET, gateway._gateway_client)
-    frame = DataFrame(dataset.ofRows(spark._jsparkSession, plan), spark)
-    frame._schema = schema
-    return frame
+    frame = DataFrame(_helpers_of(spark).of_rows(spark._jsparkSession, plan), spark)
+    return known_schema(frame, schema)
 
 
-def local_rows(frame: DataFrame, plan=None) -> pa.Table | None:
+def local_rows(
+    frame: DataFrame, plan=None, *, node: str | None = None, estimate: int | None = None
+) -> pa.Table | None:
     """``frame``'s rows as ``frame.toArrow()`` gives them (timestamps in UTC), without a
     Spark job, when its optimized plan (``plan``, a Py4J object, when the caller has it)
     is a local relation that Spark estimates at most :data:`LOCAL_ROWS_BYTES`; None
-    otherwise."""
-    from py4j.java_gateway import JavaClass
+    otherwise. ``node`` and ``estimate``: the plan's node name and
+    :func:`estimated_bytes`, when the caller asked Spark for them already."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     if plan is None:
         plan = frame._jdf.queryExecution().optimizedPlan()
-    if plan.nodeName() != _LOCAL_RELATION or estimated_bytes(plan) > LOCAL_ROWS_BYTES:
+    if (node or plan.nodeName()) != _LOCAL_RELATION:
+        return None
+    if (estimated_bytes(plan) if estimate is None else estimate) > LOCAL_ROWS_BYTES:
         return None
     session = frame.sparkSession
-    conf = session._jsparkSession.sessionState().conf()
-    large_types = bool(conf.arrowUseLargeVarTypes())
-    gateway = session.sparkContext._gateway
-    assert gateway is not None  # a classic (non-Connect) session
-    converters = getattr(JavaClass(_ARROW_CONVERTERS, gateway._gateway_client), "MODULE$")
+    settings = _arrow_settings_of(session)
     # Each element is an Arrow IPC stream of its own (schema and one batch), as toArrow's
     # job writes per partition, with the session's time zone, duplicate field names refused.
-    streams = converters.toBatchWithSchemaIterator(
+    streams = _helpers_of(session).to_arrow_batches(
         plan.data().iterator(),
         frame._jdf.schema(),
-        conf.arrowMaxRecordsPerBatch(),
+        settings.max_records,
         _BATCH_BYTES,
-        conf.sessionLocalTimeZone(),
+        settings.time_zone,
         True,
-        large_types,
+        settings.large_types,
     )
     try:
         tables = []
@@ -179,7 +249,7 @@ def local_rows(frame: DataFrame, plan=None) -> pa.Table | None:
         frame.schema,
         error_on_duplicated_field_names_in_struct=True,
         timezone="UTC",
-        prefers_large_types=large_types,
+        prefers_large_types=settings.large_types,
     )
     if not tables:
         return schema.empty_table()
@@ -197,6 +267,7 @@ __all__ = [
     "SHARED_RELATIONS_KEPT",
     "SHARED_RELATION_BYTES",
     "estimated_bytes",
+    "known_schema",
     "local_frame",
     "local_rows",
     "shared_local_frame",

@@ -76,6 +76,7 @@ from etl.spark import (
     evaluated_while_planning,
     replace_temp_view,
     single_partition,
+    sql_frame,
 )
 
 log = logging.getLogger(__name__)
@@ -128,8 +129,8 @@ def _epoch_tagged_sql(session: SparkSession, query: str, epoch: int) -> DataFram
     words and positions."""
     body = _TRAILING_SEMICOLONS.sub("", query)
     return _quiet.attempt(
-        lambda: session.sql(
-            f"SELECT *, CAST({int(epoch)} AS BIGINT) AS {EPOCH_COLUMN} FROM (\n{body}\n)"
+        lambda: sql_frame(
+            session, f"SELECT *, CAST({int(epoch)} AS BIGINT) AS {EPOCH_COLUMN} FROM (\n{body}\n)"
         )
     )
 

@@ -78,6 +78,20 @@ def test_a_plan_computed_while_planning_gives_toarrows_rows(
     assert rows.sort_by("id").equals(expected.sort_by("id"))
 
 
+def test_the_schema_pyspark_is_given_for_a_local_relation_is_sparks_own(spark, wide_table):
+    """A driver-read input's frame comes with its schema (no round trip to ask Spark for
+    it): it must be exactly what Spark would answer, for every kind of column, whether the
+    relation is new or one kept for the next reader."""
+    from pyspark.sql.types import _parse_datatype_json_string
+
+    for session in (spark.newSession(), spark.newSession()):  # new, then kept
+        frame = _small_input(session, wide_table)
+        assert "schema" in frame.__dict__
+        asked = _parse_datatype_json_string(frame._jdf.schema().json())
+        assert frame.schema == asked
+        assert frame.schema.json() == asked.json()
+
+
 def test_no_rows_give_toarrows_empty_table(spark, wide_table):
     frame = _small_input(spark, wide_table).where("id < 0")
 

@@ -26,6 +26,7 @@ from etl import (
     UsageError,
     snapshot,
 )
+from etl.engine import batch as batch_module
 
 pytestmark = pytest.mark.spark
 
@@ -141,6 +142,13 @@ def test_a_sql_transform_is_one_query_with_its_epoch_whatever_its_shape(
         return session_sql(self, query, *args, **kwargs)
 
     monkeypatch.setattr(type(spark), "sql", counted)
+    tagged_sql = batch_module.sql_frame
+
+    def counted_tagged(session, query):
+        queries.append(query)
+        return tagged_sql(session, query)
+
+    monkeypatch.setattr(batch_module, "sql_frame", counted_tagged)
     env = Env(tmp_path, spark, pipeline)
     run_two_epochs(env)
     for name, query in SQL_SHAPES.items():
