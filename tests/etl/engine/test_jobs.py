@@ -3,6 +3,7 @@ micro-batches, and the errors a broken job gets."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -426,6 +427,22 @@ def test_a_stopping_run_finishes_the_epochs_left_in_one_batch_per_job(tmp_path, 
     ]
     assert env.rows("copied", "id") == [(i,) for i in range(5)]
     assert env.catalog.latest_written(["copied"])["copied"].epoch == 5
+
+
+def test_a_continuous_run_moves_what_the_process_holds_out_of_the_collectors_way(tmp_path, spark):
+    """Every full collection scanned all the objects the process held at the start (its
+    modules, Spark's and the catalog's), pausing every thread: a continuous run freezes
+    them."""
+    env = Env(tmp_path, spark, orders_pipeline(tmp_path / "incoming"))
+    env.runner.register()
+    stop = threading.Event()
+    stop.set()
+    gc.unfreeze()
+    try:
+        assert env.runner.run_continuous(epoch_interval=0.5, stop=stop).ok
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_merge_strategy_is_validated_naming_the_job():
