@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
-from etl.delta.local import known_schema
+from etl.delta.local import schema_kept
 
 DEFAULT_MASTER = "local[*]"
 
@@ -263,8 +263,7 @@ def single_partition(frame: DataFrame) -> DataFrame:
     cost (its deserialization above all): one task, 69 -> 29 ms of driver JVM
     (bench/RESULTS-issue28.md, session 49). The schema PySpark knows of ``frame`` is
     kept: asking Spark for it again is two Py4J round trips and a parse."""
-    single = frame.coalesce(1)
-    return known_schema(single, frame.schema) if "schema" in frame.__dict__ else single
+    return schema_kept(frame.coalesce(1), frame)
 
 
 _EVALUATED_WHILE_PLANNING = frozenset(

@@ -39,7 +39,7 @@ from etl.delta.layout import (
     spark_location,
     written_partition_values,
 )
-from etl.delta.local import estimated_bytes, known_schema, local_rows
+from etl.delta.local import estimated_bytes, local_rows, schema_kept
 from etl.errors import InvalidWriteOptionError
 from etl.storage import list_directory, spark_io
 
@@ -453,9 +453,7 @@ def collect_small(df: DataFrame, max_rows: int, max_bytes: int | None = None) ->
     are taken as they are; otherwise one Spark job, which holds at most ``max_rows + 1``
     rows in the driver. The estimate (planning, no job) is read off the plan the job then
     runs, not a plan of its own."""
-    limited = df.limit(max_rows + 1)
-    if "schema" in df.__dict__:  # a limit keeps the schema PySpark knows already
-        known_schema(limited, df.schema)
+    limited = schema_kept(df.limit(max_rows + 1), df)
     plan = limited._jdf.queryExecution().optimizedPlan()
     node = plan.nodeName()
     estimate = None

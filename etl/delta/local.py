@@ -52,8 +52,8 @@ class _Helpers:
     to_arrow_batches: Any
 
 
-_helpers: dict[int, tuple[Any, _Helpers]] = {}
-"""Per gateway client (by identity): the client, its helpers."""
+_helpers: weakref.WeakKeyDictionary[Any, _Helpers] = weakref.WeakKeyDictionary()
+"""Per Py4J gateway client."""
 _helpers_lock = threading.Lock()
 
 
@@ -64,8 +64,7 @@ def _helpers_of(spark: SparkSession) -> _Helpers:
     assert gateway is not None  # a classic (non-Connect) session
     client = gateway._gateway_client
     with _helpers_lock:
-        kept = _helpers.get(id(client))
-        known = kept[1] if kept is not None and kept[0] is client else None
+        known = _helpers.get(client)
         if known is None:
             utils = JavaClass(_PYTHON_SQL_UTILS, client)
             converters = getattr(JavaClass(_ARROW_CONVERTERS, client), "MODULE$")
@@ -75,7 +74,7 @@ def _helpers_of(spark: SparkSession) -> _Helpers:
                 of_rows=JavaClass(_DATASET, client).ofRows,
                 to_arrow_batches=converters.toBatchWithSchemaIterator,
             )
-            _helpers[id(client)] = (client, known)
+            _helpers[client] = known
         return known
 
 
@@ -116,6 +115,13 @@ def known_schema(frame: DataFrame, schema: StructType) -> DataFrame:
     property, which a frame whose schema is known already is given here."""
     frame.__dict__["schema"] = schema
     return frame
+
+
+def schema_kept(derived: DataFrame, source: DataFrame) -> DataFrame:
+    """``derived`` (a frame of the same schema as ``source``: a limit, a coalesce) with the
+    schema PySpark knows of ``source``, if it knows it."""
+    known = source.__dict__.get("schema")
+    return derived if known is None else known_schema(derived, known)
 
 
 def local_frame(
@@ -270,5 +276,6 @@ __all__ = [
     "known_schema",
     "local_frame",
     "local_rows",
+    "schema_kept",
     "shared_local_frame",
 ]
