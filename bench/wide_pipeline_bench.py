@@ -17,8 +17,12 @@ the engine's stages and epochs per batch. Then how both grow against the smalles
 size: the targets are p95 within 3x of the ten-table pipeline and statements per epoch
 that grow no faster than the number of tables.
 
+Each size warms up for ``DB_BENCH_WARMUP`` seconds and then on until the driver JVM's JIT
+compilers have settled (``bench._common.warm_up``), at most ``DB_BENCH_WARMUP_MAX``
+seconds: on a slow host the JIT took about a core for the first minutes.
+
 Environment (defaults in brackets): DB_BENCH_SIZES [10,30,100], DB_BENCH_WARMUP [60],
-DB_BENCH_SECONDS [60], DB_BENCH_EPOCH_INTERVAL [2], DB_BENCH_ROWS_PER_SECOND [1000],
+DB_BENCH_WARMUP_MAX [300], DB_BENCH_SECONDS [60], DB_BENCH_EPOCH_INTERVAL [2], DB_BENCH_ROWS_PER_SECOND [1000],
 DB_BENCH_PARALLEL [runner default] ``max_parallel_jobs``.
 
 Run: ``python -m bench wide_pipeline``.
@@ -43,6 +47,7 @@ from bench._common import (
     load_average,
     median,
     percentile,
+    warm_up,
 )
 from bench.freshness_bench import (
     ROOT_TABLE,
@@ -152,6 +157,9 @@ class Size:
     final_coalesced: float
     python_cpu: float
     jvm_cpu: float
+    jit_cpu: float
+    """Of ``jvm_cpu``: the JIT compilers'."""
+    warmed: str
     kinds: dict[str, Kind]
 
     @property
@@ -169,8 +177,8 @@ class Size:
     def details(self) -> str:
         batches = sum(k.batches for k in self.kinds.values())
         lines = [
-            f"         CPU in the window: driver Python {self.python_cpu:.1f} s, JVM "
-            f"{self.jvm_cpu:.1f} s over {batches} batches: "
+            f"         {self.warmed}; CPU in the window: driver Python {self.python_cpu:.1f} s, "
+            f"JVM {self.jvm_cpu:.1f} s (JIT {self.jit_cpu:.1f} s) over {batches} batches: "
             f"{self.python_cpu / max(1, batches) * 1000:.0f} + "
             f"{self.jvm_cpu / max(1, batches) * 1000:.0f} ms per batch"
         ]
@@ -186,7 +194,9 @@ class Size:
         return "\n".join(lines)
 
 
-def _run_size(spark, tables: int, *, warmup: float, seconds: float, interval: float) -> Size:
+def _run_size(
+    spark, tables: int, *, warmup: float, warmup_max: float, seconds: float, interval: float
+) -> Size:
     from catalog import EpochState, load_catalog
     from etl import Runner
 
@@ -218,14 +228,15 @@ def _run_size(spark, tables: int, *, warmup: float, seconds: float, interval: fl
         feeder.start()
         driver.start()
         probe.start()
-        time.sleep(warmup)
+        cpu = ProcessCpu(spark)
+        warmed = warm_up(cpu, warmup, warmup_max)
         window = (time.time(), time.time() + seconds)
         counted_before = counter.count
-        cpu = ProcessCpu(spark)
-        cpu_before = (cpu.python(), cpu.jvm())
+        cpu_before = (cpu.python(), cpu.jvm(), cpu.jit())
         time.sleep(seconds)
         statements = counter.count - counted_before
         python_cpu, jvm_cpu = cpu.python() - cpu_before[0], cpu.jvm() - cpu_before[1]
+        jit_cpu = cpu.jit() - cpu_before[2]
         in_window = [r for r in list(batches.records) if window[0] <= r.ended < window[1]]
         finish(feeder, driver, probe)
         with counter.muted():
@@ -244,6 +255,8 @@ def _run_size(spark, tables: int, *, warmup: float, seconds: float, interval: fl
             final_coalesced=coalesced / max(1, len(issued)),
             python_cpu=python_cpu,
             jvm_cpu=jvm_cpu,
+            jit_cpu=jit_cpu,
+            warmed=warmed,
             kinds=_kinds(in_window),
         )
 
@@ -272,17 +285,26 @@ def main() -> None:
 
     sizes = env_ints("DB_BENCH_SIZES", (10, 30, 100))
     warmup = env_float("DB_BENCH_WARMUP", 60.0)
+    warmup_max = max(warmup, env_float("DB_BENCH_WARMUP_MAX", 300.0))
     seconds = env_float("DB_BENCH_SECONDS", 60.0)
     interval = env_float("DB_BENCH_EPOCH_INTERVAL", 2.0)
     spark = build_spark(app_name="bench-wide-pipeline", conf={"spark.ui.enabled": "false"})
     print(
         f"wide pipelines of {sizes} tables (fan-out, fan-in by {FAN_IN}, one final table), "
-        f"{interval:g} s epochs, warm-up {warmup:g} s, window {seconds:g} s; {load_average()}"
+        f"{interval:g} s epochs, warm-up {warmup:g}-{warmup_max:g} s, window {seconds:g} s; "
+        f"{load_average()}"
     )
     measured: list[Size] = []
     with LoadSampler() as load:
         for tables in sizes:
-            size = _run_size(spark, tables, warmup=warmup, seconds=seconds, interval=interval)
+            size = _run_size(
+                spark,
+                tables,
+                warmup=warmup,
+                warmup_max=warmup_max,
+                seconds=seconds,
+                interval=interval,
+            )
             measured.append(size)
             print(size.line())
             print(size.details(), flush=True)

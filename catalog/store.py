@@ -42,7 +42,7 @@ from catalog.schema import (
     validations_table,
 )
 from consistency.records import PIPELINE_DEFAULT, Epoch, EpochState
-from consistency.states import global_state
+from consistency.states import global_state_of
 
 LatestQuery = Literal["written", "written_at_or_before", "processed", "validation"]
 
@@ -93,18 +93,13 @@ def latest_statements(dialect: Dialect) -> dict[LatestQuery, sa.Select[Any]]:
     }
 
 
-def _commit_states() -> sa.Select[Any]:
-    """The state at ``:epoch`` of every active table of ``:pipeline`` responsible for it,
-    and whether its COMMIT is recorded already: one statement."""
-    t, te, c = tables_table, table_epochs_table, commits_table
+def _responsible_tables(*columns: Any) -> sa.Select[Any]:
+    """``columns`` of every active table of ``:pipeline`` responsible for ``:epoch``,
+    joined with its state at that epoch (none: no row)."""
+    t, te = tables_table, table_epochs_table
     epoch = sa.bindparam("epoch", type_=te.c.epoch.type)
     return (
-        sa.select(
-            t.c.name,
-            te.c.state,
-            te.c.delta_version,
-            sa.exists().where(c.c.epoch == epoch).label("committed"),
-        )
+        sa.select(*columns)
         .select_from(t.outerjoin(te, sa.and_(te.c.table_name == t.c.name, te.c.epoch == epoch)))
         .where(
             t.c.pipeline == sa.bindparam("pipeline", type_=t.c.pipeline.type),
@@ -112,6 +107,20 @@ def _commit_states() -> sa.Select[Any]:
             t.c.first_epoch <= epoch,
         )
     )
+
+
+def _commit_states() -> sa.Select[Any]:
+    """The distinct states at ``:epoch`` of the tables responsible for it, each with
+    whether its COMMIT is recorded already: one statement, a few rows whatever the number
+    of tables (every seal asks; only the last one of an epoch finds it COMMIT)."""
+    c, te = commits_table, table_epochs_table
+    committed = sa.exists().where(c.c.epoch == sa.bindparam("epoch", type_=te.c.epoch.type))
+    return _responsible_tables(te.c.state, committed.label("committed")).distinct()
+
+
+def _commit_versions() -> sa.Select[Any]:
+    """The Delta version at which each table responsible for ``:epoch`` sealed it."""
+    return _responsible_tables(tables_table.c.name, table_epochs_table.c.delta_version)
 
 
 # Lookups of every batch, built once (building a statement costs more of the driver's CPU
@@ -123,6 +132,7 @@ _LEASE_GENERATION = sa.select(leases_table.c.generation).where(
     leases_table.c.job == sa.bindparam("job")
 )
 _COMMIT_STATES = _commit_states()
+_COMMIT_VERSIONS = _commit_versions()
 _INSERT_COMMIT = commits_table.insert()
 
 
@@ -222,15 +232,16 @@ class SqlStore:
         """Record epoch ``epoch_row`` COMMIT if every active table of its pipeline
         responsible for it has it WRITTEN (and it is not recorded yet)."""
         epoch = epoch_row.id
-        rows = conn.execute(_COMMIT_STATES, {"epoch": epoch, "pipeline": epoch_row.pipeline}).all()
+        parameters = {"epoch": epoch, "pipeline": epoch_row.pipeline}
+        rows = conn.execute(_COMMIT_STATES, parameters).all()
         if rows and rows[0].committed:
             return None
-        states = {row.name: None if row.state is None else EpochState(row.state) for row in rows}
-        if global_state(states) != "COMMIT":
+        states = {None if row.state is None else EpochState(row.state) for row in rows}
+        if global_state_of(states) != "COMMIT":
             return None
         manifest = CommitManifest(
             epoch=epoch,
-            versions={row.name: row.delta_version for row in rows},
+            versions=dict(conn.execute(_COMMIT_VERSIONS, parameters).tuples().all()),
             barrier_ts=epoch_row.barrier_ts,
             committed_at=now,
             pipeline=epoch_row.pipeline,

@@ -6,8 +6,9 @@ the root of every error, DeltaBarrierError. The catalog enforces the rules by ca
 them; nothing here imports the catalog or etl.
 
 - :func:`parse_level`: a consistency level from what a user typed.
-- :func:`check_transition`, :func:`check_seal`, :func:`global_state`: the epoch state
-  machine, what a seal needs, and when an epoch is COMMIT.
+- :func:`check_transition`, :func:`check_seal`, :func:`global_state`,
+  :func:`global_state_of`: the epoch state machine, what a seal needs, and when an epoch
+  is COMMIT.
 - :func:`resolve_snapshot`: the Delta version of each table for a read at a level.
 - :func:`plan_batches`, :func:`pending_epochs`: barrier alignment and backlog batching;
   :func:`admission_order`: which runnable batch runs first.
@@ -62,6 +63,7 @@ from consistency.states import (
     check_seal,
     check_transition,
     global_state,
+    global_state_of,
 )
 
 __all__ = [
@@ -106,6 +108,7 @@ __all__ = [
     "check_seal",
     "check_transition",
     "global_state",
+    "global_state_of",
     "parse_level",
     "admission_order",
     "pending_epochs",

@@ -13,19 +13,27 @@ COALESCED       nothing
 ==============  ===================================================================
 
 Pure: no database. The catalog calls :func:`check_transition` for every state it
-records, :func:`check_seal` before it seals, and :func:`global_state` to decide COMMIT.
+records, :func:`check_seal` before it seals, and :func:`global_state` (or :func:`global_state_of`) to decide COMMIT.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import Literal
 
 from consistency.errors import EpochStateError
 from consistency.records import EpochState
 
-__all__ = ["LEGAL_TRANSITIONS", "GlobalState", "check_seal", "check_transition", "global_state"]
+__all__ = [
+    "LEGAL_TRANSITIONS",
+    "GlobalState",
+    "check_seal",
+    "check_transition",
+    "global_state",
+    "global_state_of",
+]
 
 GlobalState = Literal["COMMIT", "PRECOMMIT", "OPEN"]
 
@@ -105,9 +113,14 @@ def global_state(states: Mapping[str, EpochState | None]) -> GlobalState:
     COMMIT: every table has it WRITTEN. PRECOMMIT: every table has it PROCESSED or
     WRITTEN, but not all WRITTEN. OPEN otherwise, including when no table is given.
     """
-    if not states:
+    return global_state_of(set(states.values()))
+
+
+def global_state_of(values: AbstractSet[EpochState | None]) -> GlobalState:
+    """:func:`global_state` from the set of states the tables have (a store can ask its
+    database for the distinct states alone, however many tables there are)."""
+    if not values:
         return "OPEN"
-    values = set(states.values())
     if values == {EpochState.WRITTEN}:
         return "COMMIT"
     if values <= {EpochState.PROCESSED, EpochState.WRITTEN}:

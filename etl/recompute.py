@@ -342,8 +342,9 @@ class RevisionWriter(EpochWriter):
         self.build.rewritten.discard(table)
         return written.committed(table, version=version, rows=rows)
 
-    def record_schema(self, table: str) -> None:
+    def record_schema(self, table: str) -> frozenset[str] | None:
         """The switch records the revision's schemas."""
+        return None
 
     def version_before(self, table: str) -> int | None:
         return self.before[table]

@@ -51,6 +51,7 @@ from etl.engine.commit import (
     EpochWriter,
     LeaseCheck,
     PreparedWrite,
+    RecordedSchemas,
     columns_schema,
     current_version,
     next_attempt,
@@ -267,6 +268,8 @@ class EpochEngine:
         (only a job whose transform read nothing that changes from one epoch to the next)."""
         self._locations: dict[str, str] = {}
         """Where each table lives, as :meth:`location` looked it up."""
+        self._schemas = RecordedSchemas()
+        """What the catalog records of the tables' schemas, as the batches saw it."""
         self._epochs: OrderedDict[int, Epoch] = OrderedDict()
         """The epochs :meth:`epoch` looked up lately (every job of the pipeline runs each)."""
         self._epochs_lock = threading.Lock()
@@ -342,6 +345,7 @@ class EpochEngine:
             resumed=resumed,
             locations={table: self.location(table) for table in self.pipeline.tables_of(job)},
             clock=clock or StageClock(),
+            schemas=self._schemas,
         )
 
     # -- running a batch ---------------------------------------------------------------

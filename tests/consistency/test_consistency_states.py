@@ -5,8 +5,16 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from consistency import LEGAL_TRANSITIONS, check_seal, check_transition, global_state
+from consistency import (
+    LEGAL_TRANSITIONS,
+    check_seal,
+    check_transition,
+    global_state,
+    global_state_of,
+)
 from consistency.errors import EpochStateError
 from consistency.records import EpochState
 
@@ -83,6 +91,12 @@ def test_global_state():
     assert global_state({"a": W, "b": C}) == "OPEN"
     assert global_state({"a": W, "b": RB}) == "OPEN"
     assert global_state({}) == "OPEN"
+
+
+@given(st.dictionaries(st.text(max_size=3), st.sampled_from([*EpochState, None]), max_size=6))
+def test_an_epochs_state_depends_on_the_set_of_its_tables_states_alone(states):
+    """What a store may ask its database for: the distinct states, not one row per table."""
+    assert global_state_of(set(states.values())) == global_state(states)
 
 
 def test_the_state_machine_is_defined_once_in_consistency():

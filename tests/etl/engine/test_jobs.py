@@ -7,6 +7,7 @@ import gc
 import json
 import logging
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from etl import (
     snapshot,
 )
 from etl.engine import batch as batch_module
+from etl.engine.commit import RecordedSchemas
 
 pytestmark = pytest.mark.spark
 
@@ -292,6 +294,52 @@ def test_an_added_column_evolves_the_table_and_a_dropped_one_is_refused(tmp_path
     assert isinstance(failure.exception, OutputSchemaError)
     assert "note" in failure.error and "in place" in failure.error and failure.epoch == 3
     assert env.catalog.table_epoch("shape", 3) is None
+
+
+def test_a_running_job_reads_its_tables_recorded_schema_once_and_records_an_added_column(
+    tmp_path, spark
+):
+    """A commit records the table's schema in the catalog when it adds a column the
+    recorded one lacks; what is recorded is known from the job's commit before, not read
+    again each batch."""
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    state = {"note": False}
+
+    @pipeline.job("shape", output="shape", inputs=["orders"])
+    def shape(ctx):
+        frame = ctx["orders"].select("id")
+        return frame.withColumn("note", F.lit("x")) if state["note"] else frame
+
+    env = Env(tmp_path, spark, pipeline)
+    read_by_commits = []
+    get_table = env.catalog.get_table
+
+    def counted(name, *args, **kwargs):
+        if sys._getframe(1).f_code.co_name == "commit_prepared":
+            read_by_commits.append(name)
+        return get_table(name, *args, **kwargs)
+
+    env.catalog.get_table = counted
+    with env.runner:  # its leases held from batch to batch, as in a continuous run
+        for epoch in range(1, 5):
+            state["note"] = epoch >= 3
+            env.drop([{"id": epoch, "customer": "a", "amount": 1.0}])
+            assert env.runner.run_once().ok
+    recorded = json.loads(env.catalog.get_table("shape").schema_json)
+    assert [f["name"] for f in recorded["fields"]] == ["id", "_epoch", "note"]
+    assert sorted(read_by_commits) == ["orders", "shape"]  # once each, for four batches
+    assert env.rows("shape", "id", "note") == [(1, None), (2, None), (3, "x"), (4, "x")]
+
+
+def test_a_recorded_schema_is_known_only_while_the_table_moves_on_by_the_commits_that_saw_it():
+    """A commit in between (another writer's, a recompute's switch) may have recorded
+    another schema: the next commit asks the catalog again."""
+    schemas = RecordedSchemas()
+    schemas.remember("/w/t", 4, frozenset({"k", "_epoch"}))
+    assert schemas.after("/w/t", 5) == {"k", "_epoch"}
+    assert schemas.after("/w/t", 6) is None
+    assert schemas.after("/w/t", 4) is None
+    assert schemas.after("/w/u", 5) is None
 
 
 def test_pipeline_definition_errors():
