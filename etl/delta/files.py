@@ -39,7 +39,7 @@ from etl.delta.layout import (
     spark_location,
     written_partition_values,
 )
-from etl.delta.local import estimated_bytes, local_rows, schema_kept
+from etl.delta.local import LOCAL_RELATION, estimated_bytes, local_rows, schema_kept
 from etl.errors import InvalidWriteOptionError
 from etl.storage import list_directory, spark_io
 
@@ -233,6 +233,7 @@ def write_files(
     file_prefix: str,
     collect_rows: int = SMALL_OUTPUT_ROWS,
     collect_bytes: int = SMALL_OUTPUT_BYTES,
+    planned: bool = False,
 ) -> list[DataFile]:
     """Write ``df`` as Parquet files into the table directory.
 
@@ -253,7 +254,8 @@ def write_files(
     driver then. Where Spark's Hadoop cannot reach the table's store (an object store
     without S3A, :func:`etl.storage.spark_io`), a local Spark stages the files on this
     machine's disk and the driver copies them to the store; on a cluster, Spark tasks
-    write them through Arrow's file system for the store.
+    write them through Arrow's file system for the store. ``planned``: see
+    :func:`collect_small`.
 
     Partition columns must be strings, integers, booleans or dates; an empty string
     partition value is stored as null (Delta protocol, "Partition Value Serialization").
@@ -262,7 +264,7 @@ def write_files(
     partition_by = tuple(partition_by)
     check_write_options(df.schema, location, partition_by=partition_by, file_prefix=file_prefix)
     if collect_rows > 0:
-        rows = collect_small(df, collect_rows, collect_bytes)
+        rows = collect_small(df, collect_rows, collect_bytes, planned=planned)
         if rows is not None:
             return write_arrow(rows, location, partition_by=partition_by, file_prefix=file_prefix)
     fs, root = filesystem(location)
@@ -446,13 +448,31 @@ def write_data_file(
     )
 
 
-def collect_small(df: DataFrame, max_rows: int, max_bytes: int | None = None) -> pa.Table | None:
+def collect_small(
+    df: DataFrame, max_rows: int, max_bytes: int | None = None, *, planned: bool = False
+) -> pa.Table | None:
     """``df`` as an Arrow table (timestamps in UTC) if it has at most ``max_rows`` rows
     and, with ``max_bytes``, Spark's optimizer estimates it at most ``max_bytes``; else
     None. Rows the optimizer computed while planning (a local relation: :func:`local_rows`)
     are taken as they are; otherwise one Spark job, which holds at most ``max_rows + 1``
     rows in the driver. The estimate (planning, no job) is read off the plan the job then
-    runs, not a plan of its own."""
+    runs, not a plan of its own.
+
+    ``planned``: the caller expects the optimizer to compute ``df``'s rows (a filter or a
+    projection of rows the driver read): ``df``'s own plan is looked at first, without
+    the row bound (a ``limit`` is one more analysis of the whole query, about 1.5 ms of
+    the driver JVM a batch), and only if it holds no local relation is the bounded one
+    planned."""
+    if planned:
+        plan = df._jdf.queryExecution().optimizedPlan()
+        node = plan.nodeName()
+        if node == LOCAL_RELATION:
+            estimate = estimated_bytes(plan)
+            if max_bytes is not None and estimate > max_bytes:
+                return None
+            rows = local_rows(df, plan, node=node, estimate=estimate)
+            if rows is not None:
+                return rows if rows.num_rows <= max_rows else None
     limited = schema_kept(df.limit(max_rows + 1), df)
     plan = limited._jdf.queryExecution().optimizedPlan()
     node = plan.nodeName()

@@ -30,7 +30,8 @@ _ARROW_CONVERTERS = "org.apache.spark.sql.execution.arrow.ArrowConverters$"
 """Spark's Arrow conversions of rows (a Scala object: its one instance is ``MODULE$``)."""
 _DATASET = "org.apache.spark.sql.classic.Dataset"
 """Spark's classic Dataset; its ``ofRows`` gives a plan a DataFrame in another session."""
-_LOCAL_RELATION = "LocalRelation"
+LOCAL_RELATION = "LocalRelation"
+"""The name of Spark's logical node of rows held in the plan itself."""
 LOCAL_ROWS_BYTES = 512 * 1024
 """Rows of a local relation that Spark estimates at most this many bytes are taken from
 the plan (:func:`local_rows`); larger ones are collected by a Spark job. They cross Py4J
@@ -228,7 +229,7 @@ def local_rows(
 
     if plan is None:
         plan = frame._jdf.queryExecution().optimizedPlan()
-    if (node or plan.nodeName()) != _LOCAL_RELATION:
+    if (node or plan.nodeName()) != LOCAL_RELATION:
         return None
     if (estimated_bytes(plan) if estimate is None else estimate) > LOCAL_ROWS_BYTES:
         return None
@@ -269,6 +270,7 @@ def estimated_bytes(plan) -> int:
 
 
 __all__ = [
+    "LOCAL_RELATION",
     "LOCAL_ROWS_BYTES",
     "SHARED_RELATIONS_KEPT",
     "SHARED_RELATION_BYTES",

@@ -284,6 +284,10 @@ class EpochEngine:
         batches read each input in one partition (:func:`etl.spark.single_partition`),
         for a query the optimizer cannot evaluate over local relations (an aggregate, a
         join, a window, a union...) that reads nothing but its inputs."""
+        self._planned: dict[str, bool] = {}
+        """Per SQL transform (known after its first small batch): whether the optimizer
+        evaluates its query over local relations (:func:`etl.spark.evaluated_while_planning`),
+        so that its small batches' rows are looked for in the optimized plan first."""
 
     def location(self, table: str) -> str:
         """Where ``table`` lives: asked of the catalog once per engine, since the catalog
@@ -475,7 +479,13 @@ class EpochEngine:
                     small=small,
                 )
             written = writer.write(
-                written, table=job.output, frame=rows, part=0, final=True, mode=job.mode
+                written,
+                table=job.output,
+                frame=rows,
+                part=0,
+                final=True,
+                mode=job.mode,
+                planned=small and self._planned.get(job.name, False),
             )
             result = self.publish(writer, written)
             if result.sealed and job.mode in IDLE_SEALED_MODES and not per_epoch:
@@ -783,13 +793,11 @@ class EpochEngine:
                     else:
                         result = tagged
                     if small and job.name not in self._one_task:
+                        local = evaluated_while_planning(result._jdf.queryExecution().analyzed())
+                        self._planned[job.name] = local
                         # A source's slice keeps its tasks (a Kafka slice: one per partition).
                         self._one_task[job.name] = (
-                            job.source is None
-                            and not reads_previous
-                            and not evaluated_while_planning(
-                                result._jdf.queryExecution().analyzed()
-                            )
+                            job.source is None and not reads_previous and not local
                         )
                 else:
                     result = job.transform(ctx)

@@ -230,12 +230,15 @@ class EpochWriter:
         mode: WriteMode,
         base: int | None = None,
         audit: bool = False,
+        planned: bool = False,
     ) -> BatchWrite:
         """Write and commit micro-batch ``part`` of ``table``; ``written`` plus what it committed.
 
         ``base``: the version a merge upserts into (default: the batch's previous commit of
         the table, else its latest version). An ``overwrite`` replaces the table's rows with
-        the batch's: its first micro-batch overwrites, the later ones append.
+        the batch's: its first micro-batch overwrites, the later ones append. ``planned``:
+        ``frame``'s rows are likely computed while Spark plans it (see
+        :func:`etl.delta.write_files`).
         """
         self.check_lease()
         location = self.location(table)
@@ -254,6 +257,7 @@ class EpochWriter:
                 mode=mode,
                 base=base,
                 name=self.file_prefix("audit" if audit else part),
+                planned=planned,
             )
         return self._commit_new(
             written,
@@ -315,7 +319,14 @@ class EpochWriter:
             )
 
     def prepare(
-        self, *, table: str, frame: DataFrame, mode: WriteMode, base: int | None, name: str
+        self,
+        *,
+        table: str,
+        frame: DataFrame,
+        mode: WriteMode,
+        base: int | None,
+        name: str,
+        planned: bool = False,
     ) -> PreparedWrite:
         """Write the files of ``frame`` into ``table`` (nothing is committed yet).
 
@@ -346,7 +357,11 @@ class EpochWriter:
         if mode == "merge":
             require_unique_keys(frame, location, list(self.job.keys))
         files = write_files(
-            frame, location, partition_by=self.partition_by(table), file_prefix=name
+            frame,
+            location,
+            partition_by=self.partition_by(table),
+            file_prefix=name,
+            planned=planned,
         )
         return PreparedWrite(schema=schema, files=tuple(files), rows=sum(f.rows for f in files))
 

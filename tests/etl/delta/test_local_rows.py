@@ -101,7 +101,8 @@ def test_no_rows_give_toarrows_empty_table(spark, wide_table):
     assert rows.schema == frame.toArrow().schema
 
 
-def test_a_plan_spark_must_run_is_not_taken(spark, wide_table):
+@pytest.mark.parametrize("planned", [False, True])
+def test_a_plan_spark_must_run_is_not_taken(spark, wide_table, planned):
     small = _small_input(spark, wide_table)
     assert local_rows(small.groupBy("part").count()) is None
     assert local_rows(spark.range(5)) is None
@@ -109,29 +110,50 @@ def test_a_plan_spark_must_run_is_not_taken(spark, wide_table):
     plus_one = F.udf(lambda v: v + 1, "long")
     with_udf = small.select(plus_one("id").alias("next"))
     assert local_rows(with_udf) is None
-    rows = collect_small(with_udf, 100)
+    rows = collect_small(with_udf, 100, planned=planned)
     assert rows is not None and sorted(rows["next"].to_pylist()) == list(range(1, 61))
 
 
-def test_collecting_a_local_plan_runs_no_spark_job(spark, wide_table):
+@pytest.mark.parametrize("planned", [False, True])
+def test_collecting_a_local_plan_runs_no_spark_job(spark, wide_table, planned):
     counters = SparkCounters(spark)
     small = _small_input(spark, wide_table)
     before, _ = counters.latest()
 
-    rows = collect_small(small.where("bucket = 1"), 100)
+    rows = collect_small(small.where("bucket = 1"), 100, planned=planned)
 
     assert rows is not None and rows.num_rows == 30
     assert counters.latest()[0] == before
     # The counter sees the job a plan that is not local needs.
-    assert collect_small(small.groupBy("bucket").count(), 100) is not None
+    assert collect_small(small.groupBy("bucket").count(), 100, planned=planned) is not None
     assert counters.latest()[0] > before
 
 
-def test_the_row_bound_holds_for_a_local_plan(spark, wide_table):
+@pytest.mark.parametrize("planned", [False, True])
+def test_the_row_bound_holds_for_a_local_plan(spark, wide_table, planned):
     small = _small_input(spark, wide_table)
-    assert collect_small(small, 59) is None
-    rows = collect_small(small, 60)
+    assert collect_small(small, 59, planned=planned) is None
+    rows = collect_small(small, 60, planned=planned)
     assert rows is not None and rows.num_rows == 60
+    assert collect_small(small, 60, 100, planned=planned) is None  # the byte bound holds too
+
+
+def test_a_planned_frame_is_bounded_by_a_limit_only_when_spark_must_run_it(
+    spark, wide_table, monkeypatch
+):
+    """A limit is one more analysis of the whole query: a frame expected to be computed
+    while planning is looked at as it is first."""
+    small = _small_input(spark, wide_table)
+    limits = []
+    limit = type(small).limit
+    monkeypatch.setattr(type(small), "limit", lambda self, n: limits.append(n) or limit(self, n))
+
+    assert collect_small(small.where("bucket = 1"), 100, planned=True).num_rows == 30
+    assert limits == []
+    assert collect_small(small.where("bucket = 1"), 100).num_rows == 30
+    assert limits == [101]
+    assert collect_small(small.groupBy("bucket").count(), 100, planned=True).num_rows == 2
+    assert limits == [101, 101]
 
 
 def test_a_large_local_plan_is_collected_by_its_job(spark):
@@ -146,5 +168,6 @@ def test_a_large_local_plan_is_collected_by_its_job(spark):
     collected = collect_small(large, rows)
     assert collected is not None and collected.num_rows == rows
     assert counters.latest()[0] > before
+    assert collect_small(large, rows, planned=True).num_rows == rows
     small = _local_frame_of(spark, 100)
     assert local_rows(small) is not None

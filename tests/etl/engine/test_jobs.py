@@ -163,6 +163,44 @@ def test_a_sql_transform_is_one_query_with_its_epoch_whatever_its_shape(
             assert len(runs) == 2 and all(q.endswith("\n)") for q in runs), runs
 
 
+def test_a_small_batch_looks_for_its_rows_in_the_plan_of_a_query_spark_computes_while_planning(
+    tmp_path, spark, monkeypatch
+):
+    """A filter over inputs the driver read is computed by Spark's optimizer: its rows are
+    looked for in the query's own plan (no row-bounding limit to analyze); an aggregate's
+    need a Spark job, bounded as before."""
+    from etl.delta import files as files_module
+
+    pipeline = orders_pipeline(tmp_path / "incoming")
+    pipeline.sql(
+        "big",
+        output="big",
+        query="SELECT id, amount FROM orders WHERE amount > 10",
+        inputs=["orders"],
+    )
+    pipeline.sql(
+        "spend",
+        output="spend",
+        query="SELECT customer, sum(amount) AS amount FROM orders GROUP BY customer",
+        inputs=["orders"],
+        mode="overwrite",
+    )
+    seen: dict[tuple[str, ...], list[bool]] = {}
+    collect_small = files_module.collect_small
+
+    def recorded(df, *args, planned=False, **kwargs):
+        seen.setdefault(tuple(df.columns), []).append(planned)
+        return collect_small(df, *args, planned=planned, **kwargs)
+
+    monkeypatch.setattr(files_module, "collect_small", recorded)
+    env = Env(tmp_path, spark, pipeline)
+    run_two_epochs(env)
+    assert env.rows("big", "id", "amount") == [(2, 20.0), (3, 30.0)]
+    assert env.rows("spend", "customer", "amount") == [("ann", 35.0), ("bob", 20.0)]
+    assert seen[("id", "amount", "_epoch")] == [True, True]
+    assert seen[("customer", "amount", "_epoch")] == [False, False]
+
+
 def test_a_failing_sql_transform_reports_its_own_error_once(tmp_path, spark):
     pipeline = orders_pipeline(tmp_path / "incoming")
     pipeline.sql("typo", output="typo", query="SELECT id, amuont FROM orders", inputs=["orders"])
