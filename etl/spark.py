@@ -9,6 +9,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -359,17 +360,27 @@ class BatchSessions:
 _SCALA_SOME = "scala.Some"
 
 
+@dataclass(frozen=True)
+class _ViewDefinition:
+    """A view :func:`replace_temp_view` made: its schema (JSON), its definition (a Py4J
+    ``TemporaryViewRelation``) and the definition's description (``tableMeta``)."""
+
+    schema: str
+    relation: Any
+    description: Any
+
+
 class _ViewDefinitions:
-    """Per session, the definition (a Py4J ``TemporaryViewRelation``) and schema of each
-    view :func:`replace_temp_view` made, and the session's catalog of temporary views."""
+    """Per session, the definition of each view :func:`replace_temp_view` made, and the
+    session's catalog of temporary views."""
 
     def __init__(self) -> None:
         self._by_session: weakref.WeakKeyDictionary[
-            SparkSession, tuple[Any, dict[str, tuple[str, Any]]]
+            SparkSession, tuple[Any, dict[str, _ViewDefinition]]
         ] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
-    def of(self, session: SparkSession) -> tuple[Any, dict[str, tuple[str, Any]]]:
+    def of(self, session: SparkSession) -> tuple[Any, dict[str, _ViewDefinition]]:
         with self._lock:
             known = self._by_session.get(session)
             if known is None:
@@ -399,16 +410,17 @@ def replace_temp_view(frame: DataFrame, name: str) -> None:
     schema = frame.schema.json()
     catalog, definitions = _view_definitions.of(session)
     known = definitions.get(name)
-    if known is None or known[0] != schema:
+    if known is None or known.schema != schema:
         frame.createOrReplaceTempView(name)
         created = catalog.getRawTempView(name)
         if not created.isEmpty():
-            definitions[name] = (schema, created.get())
+            relation = created.get()
+            definitions[name] = _ViewDefinition(schema, relation, relation.tableMeta())
         return
-    definition = known[1]
     client = session.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
-    plan = JavaClass(_SCALA_SOME, client)(frame._jdf.queryExecution().analyzed())
-    catalog.createTempView(name, definition.copy(definition.tableMeta(), plan), True)
+    # The frame's plan as the view command takes it (for a query, its analyzed plan).
+    plan = JavaClass(_SCALA_SOME, client)(frame._jdf.logicalPlan())
+    catalog.createTempView(name, known.relation.copy(known.description, plan), True)
 
 
 __all__ = [

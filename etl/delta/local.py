@@ -158,16 +158,32 @@ SHARED_RELATIONS_KEPT = 16
 SHARED_RELATION_BYTES = 64 * 1024 * 1024
 
 
+class _SharedRelation:
+    """A local relation kept for reuse: the Py4J Dataset first built over it, and its
+    logical plan once a second session asked for it (most relations are read once: a
+    fan-in's inputs; asking for the plan of each is a round trip for nothing)."""
+
+    __slots__ = ("dataset", "plan")
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self.plan: Any = None
+
+    def logical_plan(self) -> Any:
+        if self.plan is None:
+            self.plan = self.dataset.logicalPlan()
+        return self.plan
+
+
 class _SharedRelations:
-    """Local relations (the JVM's plans) by what they hold, least recently used dropped
-    first."""
+    """Local relations by what they hold, least recently used dropped first."""
 
     def __init__(self) -> None:
-        self._plans: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._plans: OrderedDict[Hashable, tuple[_SharedRelation, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable) -> Any | None:
+    def get(self, key: Hashable) -> _SharedRelation | None:
         with self._lock:
             kept = self._plans.get(key)
             if kept is None:
@@ -175,11 +191,11 @@ class _SharedRelations:
             self._plans.move_to_end(key)
             return kept[0]
 
-    def put(self, key: Hashable, plan: Any, size: int) -> None:
+    def put(self, key: Hashable, dataset: Any, size: int) -> None:
         with self._lock:
             if key in self._plans:
                 return
-            self._plans[key] = (plan, size)
+            self._plans[key] = (_SharedRelation(dataset), size)
             self._bytes += size
             while self._plans and (
                 len(self._plans) > SHARED_RELATIONS_KEPT or self._bytes > SHARED_RELATION_BYTES
@@ -207,12 +223,13 @@ def shared_local_frame(
     each time (bench/RESULTS-issue28.md, session 47)."""
     from pyspark.sql.dataframe import DataFrame
 
-    plan = _shared.get(key)
-    if plan is None:
+    kept = _shared.get(key)
+    if kept is None:
         batches = read()
         frame = local_frame(spark, batches, arrow, schema)
-        _shared.put(key, frame._jdf.logicalPlan(), sum(b.nbytes for b in batches))
+        _shared.put(key, frame._jdf, sum(b.nbytes for b in batches))
         return frame
+    plan = kept.logical_plan()
     frame = DataFrame(_helpers_of(spark).of_rows(spark._jsparkSession, plan), spark)
     return known_schema(frame, schema)
 
