@@ -308,6 +308,7 @@ class RevisionWriter(EpochWriter):
         mode: WriteMode,
         base: int | None = None,
         audit: bool = False,
+        planned: bool = False,
     ) -> BatchWrite:
         if table not in self.rewrite or table in written.versions:
             return super().write(
@@ -319,6 +320,7 @@ class RevisionWriter(EpochWriter):
                 mode=mode,
                 base=base,
                 audit=audit,
+                planned=planned,
             )
         prepared = self.prepare(
             table=table,
@@ -326,6 +328,7 @@ class RevisionWriter(EpochWriter):
             mode=mode,
             base=None,  # a merge into nothing writes its rows as they are
             name=f"{self.batch.last}-{self.attempt}-{part}",
+            planned=planned,
         )
         return self.commit_prepared(
             written,

@@ -467,12 +467,12 @@ def collect_small(
         plan = df._jdf.queryExecution().optimizedPlan()
         node = plan.nodeName()
         if node == LOCAL_RELATION:
-            estimate = estimated_bytes(plan)
-            if max_bytes is not None and estimate > max_bytes:
+            size = estimated_bytes(plan)
+            if max_bytes is not None and size > max_bytes:
                 return None
-            rows = local_rows(df, plan, node=node, estimate=estimate)
-            if rows is not None:
-                return rows if rows.num_rows <= max_rows else None
+            local = local_rows(df, plan, node=node, estimate=size)
+            if local is not None:
+                return local if local.num_rows <= max_rows else None
     limited = schema_kept(df.limit(max_rows + 1), df)
     plan = limited._jdf.queryExecution().optimizedPlan()
     node = plan.nodeName()

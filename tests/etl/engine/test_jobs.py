@@ -310,8 +310,10 @@ def test_bad_output_columns_are_refused(tmp_path, spark, query, problem):
     assert problem in failure.error and "job 'bad'" in failure.error
 
 
-def test_an_added_column_evolves_the_table_and_a_dropped_one_is_refused(tmp_path, spark):
-    pipeline = orders_pipeline(tmp_path / "incoming")
+def shaping_pipeline(incoming: Path) -> tuple[Pipeline, dict[str, bool]]:
+    """The orders and a job ``shape`` whose output has a column ``note`` while
+    ``state["note"]`` is set."""
+    pipeline = orders_pipeline(incoming)
     state = {"note": False}
 
     @pipeline.job("shape", output="shape", inputs=["orders"])
@@ -319,6 +321,11 @@ def test_an_added_column_evolves_the_table_and_a_dropped_one_is_refused(tmp_path
         frame = ctx["orders"].select("id")
         return frame.withColumn("note", F.lit("x")) if state["note"] else frame
 
+    return pipeline, state
+
+
+def test_an_added_column_evolves_the_table_and_a_dropped_one_is_refused(tmp_path, spark):
+    pipeline, state = shaping_pipeline(tmp_path / "incoming")
     env = Env(tmp_path, spark, pipeline)
     env.drop([{"id": 1, "customer": "a", "amount": 1.0}])
     assert env.runner.run_once().ok
@@ -340,14 +347,7 @@ def test_a_running_job_reads_its_tables_recorded_schema_once_and_records_an_adde
     """A commit records the table's schema in the catalog when it adds a column the
     recorded one lacks; what is recorded is known from the job's commit before, not read
     again each batch."""
-    pipeline = orders_pipeline(tmp_path / "incoming")
-    state = {"note": False}
-
-    @pipeline.job("shape", output="shape", inputs=["orders"])
-    def shape(ctx):
-        frame = ctx["orders"].select("id")
-        return frame.withColumn("note", F.lit("x")) if state["note"] else frame
-
+    pipeline, state = shaping_pipeline(tmp_path / "incoming")
     env = Env(tmp_path, spark, pipeline)
     read_by_commits = []
     get_table = env.catalog.get_table
