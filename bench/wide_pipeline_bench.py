@@ -22,8 +22,8 @@ compilers have settled (``bench._common.warm_up``), at most ``DB_BENCH_WARMUP_MA
 seconds: on a slow host the JIT took about a core for the first minutes.
 
 Environment (defaults in brackets): DB_BENCH_SIZES [10,30,100], DB_BENCH_WARMUP [60],
-DB_BENCH_WARMUP_MAX [300], DB_BENCH_SECONDS [60], DB_BENCH_EPOCH_INTERVAL [2], DB_BENCH_ROWS_PER_SECOND [1000],
-DB_BENCH_PARALLEL [runner default] ``max_parallel_jobs``.
+DB_BENCH_WARMUP_MAX [300], DB_BENCH_SECONDS [60], DB_BENCH_EPOCH_INTERVAL [2],
+DB_BENCH_ROWS_PER_SECOND [1000], DB_BENCH_PARALLEL [runner default] ``max_parallel_jobs``.
 
 Run: ``python -m bench wide_pipeline``.
 """

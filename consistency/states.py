@@ -13,7 +13,8 @@ COALESCED       nothing
 ==============  ===================================================================
 
 Pure: no database. The catalog calls :func:`check_transition` for every state it
-records, :func:`check_seal` before it seals, and :func:`global_state` (or :func:`global_state_of`) to decide COMMIT.
+records, :func:`check_seal` before it seals, and :func:`global_state_of` (the rule of
+:func:`global_state` on the distinct states alone) to decide COMMIT.
 """
 
 from __future__ import annotations
