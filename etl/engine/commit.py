@@ -403,7 +403,7 @@ class EpochWriter:
         recorded = self.schemas.after(location, version)
         if recorded is None:
             recorded = _columns(self.catalog.get_table(table).schema_json)
-        if recorded is None or any(name not in recorded for name in prepared.schema.names):
+        if recorded is None or not recorded.issuperset(prepared.schema.names):
             recorded = self.record_schema(table)
         if recorded is not None:
             self.schemas.remember(location, version, recorded)
