@@ -5,9 +5,10 @@ catalog, through the public ``Catalog`` API, against the same SQL sent through P
 A pipeline of ``DB_BENCH_TABLES`` tables (a root and a chain of derived jobs) is
 registered and its jobs leased. Each epoch, the root is recorded and sealed, then every
 derived job makes the calls the engine makes for one batch: ``attempt_floor`` (the
-attempt number), ``states_at`` (its input's sealed version), ``get_table`` (the output's
-schema before a commit), ``record_processed`` and ``seal`` (which checks for the epoch's
-COMMIT); the runner renews all leases once per epoch. Every statement SQLAlchemy sends is
+attempt number), ``states_at`` (its input's sealed version) and ``seal`` (which records
+the commit and checks for the epoch's COMMIT; a job without a quality gate records no
+PROCESSED before it, and knows its output's schema from its previous commit); the runner
+renews all leases once per epoch. Every statement SQLAlchemy sends is
 captured with its parameters, and the transaction it belongs to.
 
 The floor: the captured statements replayed through ``sqlite3`` on a copy of the catalog
@@ -114,10 +115,6 @@ def _epoch(catalog, jobs, names, leases, version: int) -> None:
         catalog.attempt_floor([table], epoch)
         if i:
             catalog.states_at([names[i - 1]], epoch)
-        catalog.get_table(table)
-        catalog.record_processed(
-            table, epoch, delta_version=version, job=job, attempt=1, generation=generation, rows=5
-        )
         catalog.seal(
             job,
             generation,

@@ -631,7 +631,8 @@ def _report(
         + ("" if batches.start_times else " (start times not observable: folded into 'to commit')")
         + "\n"
         "  to commit = start -> PROCESSED: read inputs, transform, write files, Delta commit\n"
-        "  seal      = PROCESSED -> WRITTEN: catalog records, schema, seal transaction"
+        "  seal      = PROCESSED -> WRITTEN: catalog records, schema, seal transaction (0 for a\n"
+        "              job without a quality gate: its seal records its last commit)"
     )
     print(f"  {'job':24} " + " ".join(f"{c:>9}" for c in columns))
     totals: dict[str, list[float]] = defaultdict(list)

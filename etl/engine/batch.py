@@ -7,7 +7,8 @@ One batch (epochs first..last, first < last when backlog catch-up coalesces them
 2. run the transform, add ``_epoch = last`` to every row;
 3. Spark tasks write Parquet files (a small output: the driver, from the rows collected
    as Arrow), the driver commits them through delta-rs with an app transaction and
-   commit metadata (epoch, job, attempt, final) -> PROCESSED;
+   commit metadata (epoch, job, attempt, final) -> PROCESSED (not the final commit of a
+   job without a quality gate: the seal follows at once and records it);
 4. run the table's quality gate, if any (write, audit, publish);
 5. seal the output and its side outputs in one catalog transaction -> WRITTEN, and
    COMMIT when the last table of the pipeline sealed the epoch.
@@ -350,6 +351,7 @@ class EpochEngine:
             locations={table: self.location(table) for table in self.pipeline.tables_of(job)},
             clock=clock or StageClock(),
             schemas=self._schemas,
+            sealed_after_commit=not resumed and job.output not in self.pipeline.gates,
         )
 
     # -- running a batch ---------------------------------------------------------------

@@ -197,6 +197,11 @@ class EpochWriter:
     """Times the batch's ``write`` and ``commit`` stages."""
     schemas: RecordedSchemas = field(default_factory=RecordedSchemas, compare=False)
     """What the catalog records of the tables' schemas, kept from batch to batch."""
+    sealed_after_commit: bool = False
+    """The batch is sealed right after its final commits (no quality gate between): they
+    are not recorded PROCESSED first, the seal records them (one catalog transaction less
+    per table and batch). A crash between such a commit and its seal leaves the same state
+    as a crash before PROCESSED was recorded: recovery reads the commit from the log."""
 
     def location(self, table: str) -> str:
         known = self.locations.get(table)
@@ -377,8 +382,9 @@ class EpochWriter:
         audit: bool = False,
         replace_schema: bool = False,
     ) -> BatchWrite:
-        """Commit prepared files to ``table`` and record it PROCESSED (``replace_schema``:
-        see :func:`etl.delta.commit_files`)."""
+        """Commit prepared files to ``table`` and record it PROCESSED, unless the batch is
+        :attr:`sealed_after_commit` and this is its final commit (``replace_schema``: see
+        :func:`etl.delta.commit_files`)."""
         self.check_lease()
         job, batch = self.job, self.batch
         maybe_crash("before_commit", job=job.name, epoch=batch.last)
@@ -395,10 +401,12 @@ class EpochWriter:
             replace_schema=replace_schema,
         )
         maybe_crash("after_commit", job=job.name, epoch=batch.last)
-        written = self.record(
-            written, table=table, version=version, rows=written.rows_of(table) + prepared.rows
-        )
-        maybe_crash("after_processed", job=job.name, epoch=batch.last)
+        rows = written.rows_of(table) + prepared.rows
+        if final and not audit and self.sealed_after_commit:
+            written = written.committed(table, version=version, rows=rows)
+        else:
+            written = self.record(written, table=table, version=version, rows=rows)
+            maybe_crash("after_processed", job=job.name, epoch=batch.last)
         location = self.location(table)
         recorded = self.schemas.after(location, version)
         if recorded is None:

@@ -241,6 +241,8 @@ def test_snapshot_input_and_epoch_context(tmp_path, spark):
 
 
 def test_micro_batches_commit_processed_before_the_epoch_is_sealed(tmp_path, spark):
+    """Each micro-batch but the last is recorded PROCESSED; the last commit of a batch
+    without a quality gate is sealed right after it, by the seal alone."""
     pipeline = orders_pipeline(tmp_path / "incoming", files_per_micro_batch=1)
     env = Env(tmp_path, spark, pipeline)
     for i in range(3):
@@ -249,7 +251,11 @@ def test_micro_batches_commit_processed_before_the_epoch_is_sealed(tmp_path, spa
     assert result.ok
     (batch,) = result.batches
     history = env.catalog.state_history("orders", epoch=1)
-    assert [h.state for h in history] == [EpochState.PROCESSED] * 3 + [EpochState.WRITTEN]
+    assert [(h.state, h.delta_version, h.rows) for h in history] == [
+        (EpochState.PROCESSED, 0, 1),
+        (EpochState.PROCESSED, 1, 2),
+        (EpochState.WRITTEN, 2, 3),
+    ]
     assert batch.rows == 3 and env.rows("orders", "id") == [(0,), (1,), (2,)]
 
 

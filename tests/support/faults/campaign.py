@@ -75,8 +75,10 @@ SEEDS_ENV = "DELTA_BARRIER_FAULT_SEEDS"
 PLAYED: list[Outcome] = []
 """Every scenario played in this process (the session summary reads it)."""
 REPORT_PATH: str | None = None
-SOURCE_ONLY_POINTS = {"after_slice_recorded", "between_micro_batches"}
-"""Points that only source jobs reach (other points, including new ones, go to any job)."""
+SOURCE_ONLY_POINTS = {"after_slice_recorded", "between_micro_batches", "after_processed"}
+"""Points that only source jobs reach (other points, including new ones, go to any job):
+slices, micro-batches, and PROCESSED recorded before the seal (a source job's gate or its
+earlier micro-batches; a job without either is sealed right after its commit)."""
 
 
 # -- scenarios ---------------------------------------------------------------------------
