@@ -311,6 +311,50 @@ def test_a_replay_that_died_after_its_commit_is_replayed_again_completely(tmp_pa
     assert attempts[-1] == 3
 
 
+@pytest.mark.parametrize(
+    ("nth", "recovered"),
+    [(1, "rolled back: the rejects committed, the output not"), (2, "sealed: both committed")],
+)
+def test_a_crash_between_the_final_commits_and_the_seal_of_a_job_without_a_gate(
+    tmp_path, spark, nth, recovered
+):
+    """A job without a quality gate records its final commits with the seal alone: a crash
+    after them leaves only the log to say they happened. Recovery reads them there (the
+    rejects' commit without the output's is rolled back and replayed, both are sealed as
+    they are), and every row is committed once."""
+    from catalog import EpochState
+
+    source = ListSource("feed", per_part=10)
+    runner = make_runner(ingest_pipeline(source), tmp_path, spark)
+    source.pending = [["a", 1], None, ["b", 2]]
+    with crash_at("after_commit", nth=nth), pytest.raises(SimulatedCrash):
+        runner.run_once()
+    assert runner.catalog.states_at(["facts", "rejects"], 1) == {}  # only the log knows
+    result = runner.run_once()
+    assert result.ok, result.failures
+    assert committed(runner, "facts") == [("a", 1), ("b", 2)]
+    assert committed(runner, "rejects", ("source_epoch", "record")) == [(1, "1")]
+    history = {
+        table: [(h.state, h.attempt) for h in runner.catalog.state_history(table, epoch=1)]
+        for table in ("facts", "rejects")
+    }
+    if nth == 1:
+        assert history == {
+            "facts": [(EpochState.WRITTEN, 2)],
+            "rejects": [
+                (EpochState.PROCESSED, 1),  # recovery records what the log holds, then undoes it
+                (EpochState.ROLLED_BACK, 1),
+                (EpochState.PROCESSED, 2),
+                (EpochState.WRITTEN, 2),
+            ],
+        }, recovered
+    else:
+        assert history == {
+            "facts": [(EpochState.WRITTEN, 1)],
+            "rejects": [(EpochState.WRITTEN, 1)],
+        }, recovered
+
+
 # -- 4. side outputs follow their output -------------------------------------------------
 
 
