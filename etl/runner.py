@@ -40,7 +40,6 @@ from catalog import (
     Revision,
 )
 from consistency import EpochBatch, admission_order, plan_batches
-from etl.delta import finish_checkpoints
 from etl.engine import BatchResult, EpochEngine, RecoveryStep, StepAction, recover
 from etl.errors import (
     ExitCode,
@@ -762,7 +761,6 @@ class Runner:
                     results.append(result)
                     if not result.sealed:
                         stopped.add(job.name)
-        finish_checkpoints()
         return RunResult(
             epochs_opened=tuple(opened),
             batches=tuple(results),

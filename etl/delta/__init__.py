@@ -25,8 +25,6 @@ Writing (imported only when used: a reader never loads them):
   :func:`claim_table`, and the retry/verify loop every commit goes through
   (:func:`~etl.delta.commit.run_commit`: conflict back-off, the fence checked on each
   version tried, "did it land?" after an unknown outcome);
-- :mod:`etl.delta.checkpoints`: the checkpoint every tenth version of a table, written by
-  a background thread (:func:`flush_checkpoints` waits for them);
 - :mod:`etl.delta.logwriter`: what writes a version's log entry put if absent, and reads
   back what landed (:class:`~etl.delta.logwriter.LogWriter`): our own JSON log writer for
   every commit to a table whose writer features ask nothing more than its actions (ours),
@@ -81,8 +79,6 @@ _EXPORTS: dict[str, str] = {
     "CommitRequest": "etl.delta.commit",
     "DeletedRows": "etl.delta.commit",
     "claim_table": "etl.delta.commit",
-    "finish_checkpoints": "etl.delta.checkpoints",
-    "flush_checkpoints": "etl.delta.checkpoints",
     "commit_files": "etl.delta.commit",
     "restore_table": "etl.delta.restore",
     "MERGE_STRATEGIES": "etl.delta.merge",

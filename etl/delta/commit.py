@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import random
 import time
 import uuid
@@ -45,7 +46,6 @@ from etl.delta.actions import (
     table_metadata,
     table_protocol,
 )
-from etl.delta.checkpoints import request_checkpoint
 from etl.delta.fence import Fence
 from etl.delta.files import DataFile
 from etl.delta.layout import normalize_location
@@ -76,6 +76,8 @@ from etl.delta.logwriter import (
     LogWriter,
 )
 from etl.errors import CommitConflictError, DeltaIOError, InvalidWriteOptionError
+
+_log = logging.getLogger(__name__)
 
 # Commits that lose the race for the next version re-check their preconditions and try
 # again after a random pause that grows with every loss (so that no writer starves);
@@ -334,12 +336,16 @@ def checkpoint_due(location: str, version: int) -> bool:
 
 
 def checkpointed(location: str, version: int) -> int:
-    """Have ``version`` checkpointed when it is due (:func:`checkpoint_due`), in the
-    background (:mod:`etl.delta.checkpoints`); returns ``version``. Opening a table replays
-    the JSON commits after its newest checkpoint, and a job commits once per epoch: without
-    checkpoints that often, every open of a busy table grows slower with its history."""
+    """Checkpoint ``version`` when it is due (:func:`checkpoint_due`); returns ``version``.
+    Opening a table replays the JSON commits after its newest checkpoint, and a job commits
+    once per epoch: without checkpoints that often, every open of a busy table grows slower
+    with its history."""
     if checkpoint_due(location, version):
-        request_checkpoint(location, version)
+        try:
+            with loaded_table(location, version=version, operation="checkpoint") as table:
+                table.create_checkpoint()
+        except (DeltaIOError, DeltaError) as exc:  # an optimization: the commit stands
+            _log.warning("no checkpoint at version %s of %s: %s", version, location, exc)
     return version
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from etl.delta import CommitRequest, DataFile, Fence, commit_files, flush_checkpoints
+from etl.delta import CommitRequest, DataFile, Fence, commit_files
 from etl.delta.layout import filesystem
 from etl.delta.logfile import log_versions
 
@@ -78,8 +78,7 @@ def copy_from_checkpoint(location: str, copy: Path) -> int:
     """A copy of the table at ``copy`` without the log entries before its newest checkpoint
     (as ``etl maintain`` leaves a log): no replay of it is kept, so it is read from the
     checkpoint on. Returns the checkpoint's version (where it falls depends on the table's
-    checkpoint phase). The checkpoints the commits asked for are waited for first."""
-    assert flush_checkpoints(timeout=30)
+    checkpoint phase)."""
     shutil.copytree(location, copy)
     _, checkpoints = log_versions(*filesystem(str(copy)))
     assert checkpoints, f"{location} has no checkpoint yet"

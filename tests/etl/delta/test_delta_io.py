@@ -37,7 +37,6 @@ from etl.delta import (
     MergeWrite,
     claim_table,
     commit_files,
-    flush_checkpoints,
     log_commits,
     merge_files,
     read_arrow,
@@ -792,9 +791,7 @@ def test_every_commit_path_checkpoints_at_the_interval_and_only_there(tmp_path):
     """Opening a table replays the commits after its newest checkpoint: a job commits once
     per epoch, so every commit path (delta-rs' append, overwrite, claim and restore; our
     own log writer's is in test_deletion_vectors) checkpoints every CHECKPOINT_INTERVAL
-    versions, at the table's phase, and delta-rs' own hook (every 100) does not add any.
-    Checkpoints are written in the background: each is waited for before the next is due
-    (a table that commits again first gets only the newer one, tested apart)."""
+    versions, at the table's phase, and delta-rs' own hook (every 100) does not add any."""
     from etl.delta.commit import checkpoint_due
     from etl.delta.logfile import CHECKPOINT_INTERVAL
 
@@ -807,19 +804,16 @@ def test_every_commit_path_checkpoints_at_the_interval_and_only_there(tmp_path):
     while version < due[0] - 1:
         version = _empty_commit(location, first)
     assert (version := claim_table(str(location), fence=second)) == due[0]
-    assert flush_checkpoints(timeout=30)
     while version < due[1] - 1:
         version = _empty_commit(location, second)
     assert (
         restore_table(str(location), to_version=1, planned_at=version, fence=second, metadata={})
         == due[1]
     )
-    assert flush_checkpoints(timeout=30)
     version = due[1]
     while version < due[2] - 1:
         version = _empty_commit(location, second)
     assert _empty_commit(location, second, mode="overwrite") == due[2]
-    assert flush_checkpoints(timeout=30)
 
     commits, checkpoints = _log_files(location)
     assert checkpoints == due
@@ -839,7 +833,6 @@ def test_tables_committing_in_step_spread_their_checkpoints_over_the_versions(tm
     for _ in range(CHECKPOINT_INTERVAL + 1):
         for location in locations:
             _empty_commit(location, FENCE)
-    assert flush_checkpoints(timeout=30)
     taken = {}
     for location in locations:
         _, checkpoints = _log_files(location)

@@ -259,49 +259,6 @@ def test_micro_batches_commit_processed_before_the_epoch_is_sealed(tmp_path, spa
     assert batch.rows == 3 and env.rows("orders", "id") == [(0,), (1,), (2,)]
 
 
-def test_a_run_returns_once_the_checkpoints_its_commits_asked_for_are_written(
-    tmp_path, spark, monkeypatch
-):
-    """Checkpoints are written in the background while batches go on; a run waits for
-    them at its end, so a run that returned has left its tables' logs as they stay."""
-    import time
-    import zlib
-
-    from etl.delta import checkpoints as checkpoints_module
-    from etl.delta.commit import checkpoint_due
-    from etl.delta.layout import filesystem
-    from etl.delta.logfile import log_versions
-
-    write = checkpoints_module.write_checkpoint
-
-    def slow(location: str, version: int) -> None:
-        time.sleep(1.0)
-        write(location, version)
-
-    monkeypatch.setattr(checkpoints_module, "write_checkpoint", slow)
-    # A name whose checkpoint phase makes the table's second version due: two epochs.
-    output = next(
-        name for name in (f"orders_{i}" for i in range(100)) if zlib.crc32(name.encode()) % 10 == 9
-    )
-    incoming = tmp_path / "incoming"
-    incoming.mkdir()
-    pipeline = Pipeline("shop")
-    pipeline.ingest(
-        "ingest_orders",
-        source=FileSource("order_files", path=incoming, format="json", schema=SCHEMA),
-        output=output,
-    )
-    env = Env(tmp_path, spark, pipeline)
-    for i in range(2):
-        env.drop([{"id": i, "customer": "x", "amount": 1.0}])
-        assert env.runner.run_once().ok
-    location = env.catalog.get_table(output).location
-    fs, root = filesystem(location)
-    commits, checkpoints = log_versions(fs, root)
-    due = [v for v in commits if checkpoint_due(location, v)]
-    assert due and sorted(checkpoints) == due
-
-
 def test_transform_errors_name_the_job_and_epoch(tmp_path, spark):
     pipeline = orders_pipeline(tmp_path / "incoming")
 
