@@ -64,26 +64,40 @@ SUPPORTED_READER_FEATURES = frozenset({DELETION_VECTORS, "timestampNtz", "vacuum
 _MAX_READER_VERSION = 3
 
 
+_LISTING_GAP = "Expected contiguous commit files"
+"""delta-rs' error for a listing of the log with a version missing between two others."""
+LISTING_ATTEMPTS = 5
+"""How many times a load whose listing of the log had a gap is made (see :func:`open_table`)."""
+
+
 def open_table(
     location: str,
     *,
     version: int | None = None,
     operation: str = "read",
 ) -> DeltaTable:
-    """Load the table at ``version`` (latest when None); errors become DeltaIOError."""
-    try:
-        return DeltaTable(
-            location,
-            version=version,
-            storage_options=storage_options(location),
-        )
-    except TableNotFoundError as exc:
-        raise DeltaIOError(
-            table=location, operation=operation, reason=f"no Delta table there ({exc})"
-        ) from exc
-    except DeltaError as exc:
-        at = f" at version {version}" if version is not None else ""
-        raise DeltaIOError(table=location, operation=operation, reason=f"{exc}{at}") from exc
+    """Load the table at ``version`` (latest when None); errors become DeltaIOError.
+
+    A listing of a directory that other processes create files in may miss some of them
+    (a local file system lists in hash order: an entry created behind the listing is not
+    in it, one created ahead is): delta-rs then finds versions on both sides of one it did
+    not see and refuses the log. Entries are only ever added in order, each put if absent,
+    so the load lists again; a gap still there after :data:`LISTING_ATTEMPTS` listings is
+    the log's own (entries deleted), and reported."""
+    attempt = 1
+    while True:
+        try:
+            return DeltaTable(location, version=version, storage_options=storage_options(location))
+        except TableNotFoundError as exc:
+            raise DeltaIOError(
+                table=location, operation=operation, reason=f"no Delta table there ({exc})"
+            ) from exc
+        except DeltaError as exc:
+            if _LISTING_GAP in str(exc) and attempt < LISTING_ATTEMPTS:
+                attempt += 1
+                continue
+            at = f" at version {version}" if version is not None else ""
+            raise DeltaIOError(table=location, operation=operation, reason=f"{exc}{at}") from exc
 
 
 @contextlib.contextmanager

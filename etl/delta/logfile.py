@@ -353,7 +353,12 @@ def _full_replay(location: str, version: int) -> _ReplayState:
     if start is not None:
         state = _checkpoint_actions(fs, root, start)
     first = 0 if start is None else start + 1
-    missing = [v for v in range(first, version + 1) if v not in set(commits)]
+    # A listing may miss entries created while it ran (in hash order, a local directory's
+    # entries created behind it): one it did not see is looked up by name.
+    listed = set(commits)
+    missing = [
+        v for v in range(first, version + 1) if v not in listed and not entry_written(location, v)
+    ]
     if missing:
         raise DeltaIOError(
             table=location,
