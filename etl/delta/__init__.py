@@ -28,7 +28,7 @@ Writing (imported only when used: a reader never loads them):
 - :mod:`etl.delta.logwriter`: what writes a version's log entry put if absent, and reads
   back what landed (:class:`~etl.delta.logwriter.LogWriter`): our own JSON log writer for
   every commit to a table whose writer features ask nothing more than its actions (ours),
-  delta-rs for the others, a table's creation, claims and RESTOREs;
+  delta-rs for the others, a table's creation and RESTOREs;
 - :mod:`etl.delta.actions`: the log actions our own entries hold;
 - :mod:`etl.delta.restore`: :func:`restore_table`;
 - :mod:`etl.delta.merge`: keyed upserts (:func:`merge_files`): deletion vectors or

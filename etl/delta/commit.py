@@ -57,7 +57,6 @@ from etl.delta.log import (
     loaded_table,
     table_exists,
     takes_plain_commits,
-    version_of,
 )
 from etl.delta.logfile import (
     CHECKPOINT_INTERVAL,
@@ -184,7 +183,7 @@ def run_commit(
     *,
     fence: Fence,
     plan: Plan,
-    commit_id: str | None,
+    commit_id: str,
     operation: str,
     fence_rule: FenceRule = "claimed",
     planned_at: int | None = None,
@@ -198,20 +197,18 @@ def run_commit(
     when a newer generation recorded it; with ``"claimed"``, UnclaimedTableError when it
     records an older one or none), asks ``plan`` for the entry of the next version and
     writes it. Another writer took the version: with ``planned_at``, CommitConflictError
-    (the caller re-plans); else a random pause, and a new round (after
-    :data:`MAX_COMMIT_ROUNDS`, CommitConflictError). An attempt whose outcome is unknown is
-    looked up in the log (:func:`_landed`): landed, it is done; the version taken by another
-    writer, a lost race; not written, DeltaIOError. From the second round on the log is
-    looked up first too: an attempt reported lost may have landed. ``latest``: the
-    latest version as the caller has just read it from the log (``planned_on="log"``),
-    what the first round plans on instead of reading it again.
+    (the caller re-plans); else a new round after a pause (:func:`_back_off`; after
+    :data:`MAX_COMMIT_ROUNDS`, CommitConflictError). An attempt reported taken, or whose
+    outcome is unknown, is looked up at its version by ``commit_id`` (a store that retried
+    a write which landed reports it taken): there, it is done; another writer's entry
+    there, a lost race; no entry, DeltaIOError. ``latest``: the latest version as the
+    caller has just read it from the log (``planned_on="log"``), what the first round
+    plans on instead of reading it again.
     """
     if planned_on == "log" and planned_at is not None:
         raise ValueError("a commit planned at a given version is planned on delta-rs' table")
     if latest is not None and planned_on != "log":
         raise ValueError("only a commit planned on the log is given the latest version read")
-    first_read: int | None = None
-    writer: LogWriter[Any] = DELTA_RS
     for lost in range(MAX_COMMIT_ROUNDS):
         with _planned_version(
             location, planned_at, operation, planned_on, latest if lost == 0 else None
@@ -220,17 +217,9 @@ def run_commit(
                 attempt = plan(None)
                 if isinstance(attempt, Done):
                     return attempt.version
-                writer = attempt.writer
-                outcome = _write(location, attempt, -1, fence, commit_id, operation)
+                outcome = _write(location, attempt, commit_id, operation)
             else:
                 check_supported(table, location)
-                read = version_of(table)
-                if first_read is None:
-                    first_read = read
-                elif (
-                    version := _landed(location, writer, first_read, fence, commit_id)
-                ) is not None:
-                    return version
                 transactions = app_transactions_of(table, location)
                 if fence_rule == "claimed":
                     fence.require_claimed(location, transactions)
@@ -239,8 +228,7 @@ def run_commit(
                 attempt = plan(table)
                 if isinstance(attempt, Done):
                     return attempt.version
-                writer = attempt.writer
-                outcome = _write(location, attempt, read, fence, commit_id, operation)
+                outcome = _write(location, attempt, commit_id, operation)
         if outcome is not None:
             return checkpointed(location, outcome)
         if planned_at is not None:
@@ -274,45 +262,19 @@ def _planned_version(
             yield table
 
 
-def _write(
-    location: str,
-    attempt: Attempt[Any],
-    read: int,
-    fence: Fence,
-    commit_id: str | None,
-    operation: str,
-) -> int | None:
-    """The version holding ``attempt`` (planned on version ``read``) once written; None
-    when another writer took it."""
+def _write(location: str, attempt: Attempt[Any], commit_id: str, operation: str) -> int | None:
+    """The version holding ``attempt`` once written; None when another writer took it."""
     try:
-        written = attempt.writer.write(location, attempt.version, attempt.entry)
+        if attempt.writer.write(location, attempt.version, attempt.entry) == "written":
+            return attempt.version
     except (DeltaError, OSError) as exc:
-        # Only ``attempt.version`` can hold it: absent, it did not land (yet).
         if entry_stamp(location, attempt.version) is None:
             raise DeltaIOError(
                 table=location,
                 operation="create" if attempt.version == 0 else operation,
                 reason=str(exc),
             ) from exc
-        return _landed(location, attempt.writer, read, fence, commit_id)
-    return attempt.version if written == "written" else None
-
-
-def _landed(
-    location: str, writer: LogWriter[Any], after: int, fence: Fence, commit_id: str | None
-) -> int | None:
-    """The version after ``after`` holding the commit, if it landed: the one whose
-    commitInfo has ``commit_id``; for a commit without one (a claim), the latest version
-    when it records the fence's generation."""
-    if commit_id is not None:
-        return writer.landed(location, after, commit_id)
-    with loaded_table(location, operation="commit") as table:
-        if (
-            table.version() > after
-            and fence.recorded(app_transactions_of(table, location)) == fence.generation
-        ):
-            return table.version()
-    return None
+    return attempt.version if attempt.writer.holds(location, attempt.version, commit_id) else None
 
 
 def _back_off(lost: int) -> None:
@@ -357,31 +319,51 @@ def claim_table(location: str, *, fence: Fence) -> int | None:
 
     Commits nothing when the table already records this generation; None when the table
     does not exist yet (its first commit will carry the fence). FencedError when a newer
-    generation claimed it first.
+    generation claimed it first. Planned and written as :func:`commit_files` plans a
+    commit (on our replay of the log where the table takes plain commits): a takeover's
+    claim races a superseded runner still committing, and a round planned on the replay
+    reads only the entries after the last one it read, where delta-rs lists the log.
     """
     location = normalize_location(location)
+    commit_id = uuid.uuid4().hex
+    custom = {META_COMMIT_ID: commit_id}
 
-    def plan(table: DeltaTable | None) -> Attempt[DeltaRsCommit] | Done:
+    def plan(table: DeltaTable | None) -> Attempt[Any] | Done:
         if table is None:
             return Done(None)
         if fence.recorded(app_transactions_of(table, location)) == fence.generation:
             return Done(table.version())
         entry = DeltaRsCommit(
             fence=fence,
-            custom={},
+            custom=custom,
             schema=table.schema(),
             partition_by=tuple(table.metadata().partition_columns),
             table=table,
         )
         return Attempt(DELTA_RS, table.version() + 1, entry)
 
+    def plan_on_log(snapshot: LogSnapshot | None) -> Attempt[Any] | Done:
+        if snapshot is None:
+            return Done(None)
+        if fence.recorded(snapshot.txns) == fence.generation:
+            return Done(snapshot.version)
+        return Attempt(
+            JSON_LOG,
+            snapshot.version + 1,
+            JsonCommit(fence=fence, custom=custom, operation="WRITE"),
+        )
+
+    snapshot = log_snapshot(location)
+    on_log = snapshot is not None and takes_plain_commits(snapshot, removes_rows=False)
     return run_commit(
         location,
         fence=fence,
-        plan=plan,
-        commit_id=None,
+        plan=plan_on_log if on_log else plan,
+        commit_id=commit_id,
         operation="claim",
         fence_rule="not newer",
+        planned_on="log" if on_log else "delta-rs",
+        latest=snapshot if on_log else None,
     )
 
 

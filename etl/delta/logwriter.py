@@ -5,11 +5,11 @@ back whether an entry landed.
 drives; a storage backend implements it. Two implementations, chosen by what a commit
 needs (:func:`etl.delta.commit.commit_files`): :class:`JsonLogWriter` (our own
 newline-delimited JSON actions, :func:`etl.delta.logfile.commit_actions`: every commit to
-a table whose writer features ask nothing more than its actions, planned on our replay of
-the log, so that a commit costs the same whatever the table's files; and what delta-rs'
-actions cannot carry, such as deletion vectors and schema changes) and
-:class:`DeltaRsLogWriter` (delta-rs writes the entry: a new table, a claim, a RESTORE, and
-commits to tables with other writer features). Both write the same commitInfo (the request's
+a table whose writer features ask nothing more than its actions, claims included, planned
+on our replay of the log, so that a commit costs the same whatever the table's files; and
+what delta-rs' actions cannot carry, such as deletion vectors and schema changes) and
+:class:`DeltaRsLogWriter` (delta-rs writes the entry: a new table, a RESTORE, and commits
+to tables with other writer features). Both write the same commitInfo (the request's
 metadata, the job and its generation) and the fence's app transaction.
 """
 
@@ -65,21 +65,17 @@ class LogWriter(ABC, Generic[Entry]):
         is unknown (an I/O error after the write was sent) raises OSError or DeltaError:
         the caller reads back what landed (:meth:`landed`)."""
 
-    def landed(self, location: str, after: int, commit_id: str) -> int | None:
-        """The version after ``after`` whose commitInfo holds ``commit_id``, if it landed:
-        the entries after ``after`` are read one by one until one is absent (entries are
-        written one after another, put if absent)."""
+    def holds(self, location: str, version: int, commit_id: str) -> bool:
+        """Whether log entry ``version`` is the commit ``commit_id``: a write can only land
+        at the version it was written as (put if absent), so this is where an attempt
+        reported taken, or whose outcome is unknown, is looked up."""
         fs, root = filesystem(location)
-        version = after + 1
-        while True:
-            try:
-                actions = read_actions(fs, root, version)
-            except FileNotFoundError:
-                return None
-            info: dict = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-            if info.get(META_COMMIT_ID) == commit_id:
-                return version
-            version += 1
+        try:
+            actions = read_actions(fs, root, version)
+        except FileNotFoundError:
+            return False
+        info: dict = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        return info.get(META_COMMIT_ID) == commit_id
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,10 @@ def test_appends_on_the_log_are_still_fenced(tmp_path):
     _append(location, [1])
     owner = Fence("j", generation=2)
     assert claim_table(location, fence=owner) == 1
+    # The claim is an entry of ours too, which every Delta reader takes as delta-rs' own.
+    assert _commit_info(location, 1)["clientVersion"] == "delta-barrier"
+    assert DeltaTable(location).transaction_version(owner.app_id) == owner.generation
+    assert claim_table(location, fence=owner) == 1  # claimed already: nothing more
     with pytest.raises(FencedError):
         _append(location, [2])  # the old generation
     with pytest.raises(UnclaimedTableError):
@@ -152,6 +156,11 @@ def test_a_table_whose_writer_features_ask_more_than_adds_is_committed_by_delta_
     version = _append(location, [2])
     assert _commit_info(location, version)["clientVersion"].startswith("delta-rs")
     assert _ids(location) == [1, 2]
+    newer = Fence(FENCE.job, FENCE.generation + 1)
+    assert claim_table(location, fence=newer) == version + 1
+    assert _commit_info(location, version + 1)["clientVersion"].startswith("delta-rs")
+    with pytest.raises(FencedError):
+        _append(location, [3])
 
 
 def test_a_protocol_changed_while_the_append_was_planned_is_a_conflict(tmp_path, monkeypatch):

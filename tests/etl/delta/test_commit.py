@@ -106,11 +106,13 @@ class _Wrapping(LogWriter[Any]):
         before_first: Callable[[], object] | None = None,
         fail_first: bool = False,
         write_first: bool = True,
+        taken_first: bool = False,
     ):
         self.inner = inner
         self.before_first = before_first
         self.fail_first = fail_first
         self.write_first = write_first
+        self.taken_first = taken_first
         self.calls: list[int] = []
 
     def write(self, location: str, version: int, entry: Any) -> Written:
@@ -123,7 +125,7 @@ class _Wrapping(LogWriter[Any]):
         outcome = self.inner.write(location, version, entry)
         if first and self.fail_first:
             raise OSError("connection reset after the write")
-        return outcome
+        return "taken" if first and self.taken_first else outcome
 
 
 def _appending(writer: _Wrapping, files: list[DataFile], commit_id: str, fence=FENCE):
@@ -157,6 +159,27 @@ def test_an_attempt_that_landed_and_then_failed_is_verified_not_repeated(tmp_pat
     base = _table(location)
     files = write_arrow(_rows([10, 11]), location, file_prefix="ours")
     writer = _Wrapping(inner, fail_first=True)
+    commit_id = uuid.uuid4().hex
+    version = run_commit(
+        location,
+        fence=FENCE,
+        plan=_appending(writer, files, commit_id),
+        commit_id=commit_id,
+        operation="commit",
+    )
+    assert version == base + 1 and writer.calls == [base + 1]
+    assert _versions_with(location, commit_id) == [base + 1]
+    assert _ids(location) == [0, 1, 2, 10, 11]
+
+
+@WRITERS
+def test_an_attempt_reported_taken_that_landed_is_verified_not_repeated(tmp_path, inner):
+    # An object store's client retries a conditional write whose answer it lost: the retry
+    # finds the entry there and reports the version taken, though the entry is ours.
+    location = str(tmp_path / "t")
+    base = _table(location)
+    files = write_arrow(_rows([10, 11]), location, file_prefix="ours")
+    writer = _Wrapping(inner, taken_first=True)
     commit_id = uuid.uuid4().hex
     version = run_commit(
         location,

@@ -44,9 +44,10 @@ def test_racing_writers_never_overwrite_and_a_claim_stops_the_old_generation(tmp
     reports = _race(
         location,
         [
-            # The superseded runner, committing as fast as it can until it is fenced: however
-            # the processes are scheduled, the claim lands while it is still committing.
-            ["job", "1", "old", "1000000", "--for", "120"],
+            # The superseded runner, committing as fast as it can until it is fenced, without
+            # even a checkpoint's pause: however the processes are scheduled, the claim
+            # lands while it is still committing.
+            ["job", "1", "old", "1000000", "--for", "120", "--no-checkpoints"],
             ["job", "2", "new", "30", "--claim", "old"],  # the new owner claims, then commits
             ["other", "1", "other", "30"],  # another job of the table's log, for contention
         ],
