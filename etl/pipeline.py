@@ -265,13 +265,17 @@ class Pipeline:
         """Attach a data-quality gate to a table written by this pipeline."""
         self.gates[gate.table] = gate
 
+    def gate_of(self, job: Job) -> QualityGate | None:
+        """The quality gate on the job's output, if it has one."""
+        return self.gates.get(job.output)
+
     def tables_of(self, job: Job) -> list[str]:
         """Every table the job writes and seals together: its output, then side outputs
         (the rejects table of its source, the quarantine table of its output's gate)."""
         tables = [job.output]
         if job.rejects_table:
             tables.append(job.rejects_table)
-        gate = self.gates.get(job.output)
+        gate = self.gate_of(job)
         if gate is not None:
             tables.append(gate.quarantine_table)
         return tables

@@ -351,7 +351,7 @@ class EpochEngine:
             locations={table: self.location(table) for table in self.pipeline.tables_of(job)},
             clock=clock or StageClock(),
             schemas=self._schemas,
-            sealed_after_commit=not resumed and job.output not in self.pipeline.gates,
+            sealed_after_commit=not resumed and self.pipeline.gate_of(job) is None,
         )
 
     # -- running a batch ---------------------------------------------------------------
@@ -563,7 +563,7 @@ class EpochEngine:
         """Quality gate, then seal the output and side outputs together."""
         job, batch = writer.job, writer.batch
         quarantined = 0
-        gate = self.pipeline.gates.get(job.output)
+        gate = self.pipeline.gate_of(job)
         if gate is not None:
             with writer.clock.stage("audit"):
                 verdict = audit(writer, gate, written)
