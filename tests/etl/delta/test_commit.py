@@ -154,32 +154,20 @@ WRITERS = pytest.mark.parametrize("inner", [DELTA_RS, JSON_LOG], ids=["delta-rs"
 
 
 @WRITERS
-def test_an_attempt_that_landed_and_then_failed_is_verified_not_repeated(tmp_path, inner):
+@pytest.mark.parametrize(
+    "answer",
+    ["fail_first", "taken_first"],
+    # An I/O error after the write; or an object store's client that retried a conditional
+    # write whose answer it lost: the retry finds the entry there and reports it taken.
+    ids=["failed-after-the-write", "reported-taken"],
+)
+def test_an_attempt_that_landed_but_was_not_reported_written_is_verified_not_repeated(
+    tmp_path, inner, answer
+):
     location = str(tmp_path / "t")
     base = _table(location)
     files = write_arrow(_rows([10, 11]), location, file_prefix="ours")
-    writer = _Wrapping(inner, fail_first=True)
-    commit_id = uuid.uuid4().hex
-    version = run_commit(
-        location,
-        fence=FENCE,
-        plan=_appending(writer, files, commit_id),
-        commit_id=commit_id,
-        operation="commit",
-    )
-    assert version == base + 1 and writer.calls == [base + 1]
-    assert _versions_with(location, commit_id) == [base + 1]
-    assert _ids(location) == [0, 1, 2, 10, 11]
-
-
-@WRITERS
-def test_an_attempt_reported_taken_that_landed_is_verified_not_repeated(tmp_path, inner):
-    # An object store's client retries a conditional write whose answer it lost: the retry
-    # finds the entry there and reports the version taken, though the entry is ours.
-    location = str(tmp_path / "t")
-    base = _table(location)
-    files = write_arrow(_rows([10, 11]), location, file_prefix="ours")
-    writer = _Wrapping(inner, taken_first=True)
+    writer = _Wrapping(inner, **{answer: True})
     commit_id = uuid.uuid4().hex
     version = run_commit(
         location,
