@@ -63,7 +63,7 @@ class LogWriter(ABC, Generic[Entry]):
 
         "taken" when another writer created that version first. Any failure whose outcome
         is unknown (an I/O error after the write was sent) raises OSError or DeltaError:
-        the caller reads back what landed (:meth:`landed`)."""
+        the caller looks up what landed (:meth:`holds`)."""
 
     def holds(self, location: str, version: int, commit_id: str) -> bool:
         """Whether log entry ``version`` is the commit ``commit_id``: a write can only land
