@@ -51,14 +51,12 @@ from etl.delta.files import DataFile
 from etl.delta.layout import normalize_location
 from etl.delta.log import (
     ActiveFile,
-    TableVersion,
     app_transactions_of,
     check_supported,
     has_deletion_vectors,
     loaded_table,
     table_exists,
     takes_plain_commits,
-    version_of,
 )
 from etl.delta.logfile import (
     CHECKPOINT_INTERVAL,
@@ -330,16 +328,11 @@ def claim_table(location: str, *, fence: Fence) -> int | None:
     commit_id = uuid.uuid4().hex
     custom = {META_COMMIT_ID: commit_id}
 
-    def claimed(table: TableVersion) -> Done | None:
-        if fence.recorded(app_transactions_of(table, location)) == fence.generation:
-            return Done(version_of(table))
-        return None
-
     def plan(table: DeltaTable | None) -> Attempt[Any] | Done:
         if table is None:
             return Done(None)
-        if done := claimed(table):
-            return done
+        if fence.recorded(app_transactions_of(table, location)) == fence.generation:
+            return Done(table.version())
         entry = DeltaRsCommit(
             fence=fence,
             custom=custom,
@@ -352,47 +345,23 @@ def claim_table(location: str, *, fence: Fence) -> int | None:
     def plan_on_log(snapshot: LogSnapshot | None) -> Attempt[Any] | Done:
         if snapshot is None:
             return Done(None)
-        if done := claimed(snapshot):
-            return done
+        if fence.recorded(snapshot.txns) == fence.generation:
+            return Done(snapshot.version)
         return Attempt(
             JSON_LOG,
             snapshot.version + 1,
             JsonCommit(fence=fence, custom=custom, operation="WRITE"),
         )
 
-    return _run_on_either(
-        location,
-        fence=fence,
-        plans=(plan, plan_on_log),
-        commit_id=commit_id,
-        operation="claim",
-        fence_rule="not newer",
-        removes_rows=False,
-    )
-
-
-def _run_on_either(
-    location: str,
-    *,
-    fence: Fence,
-    plans: tuple[Plan, Plan],
-    commit_id: str,
-    operation: str,
-    fence_rule: FenceRule,
-    removes_rows: bool,
-) -> int | None:
-    """:func:`run_commit` planned on our replay of the log (the second of ``plans``) where
-    the table takes plain commits (:func:`~etl.delta.log.takes_plain_commits`), else on
-    delta-rs' table (the first)."""
     snapshot = log_snapshot(location)
-    on_log = snapshot is not None and takes_plain_commits(snapshot, removes_rows=removes_rows)
+    on_log = snapshot is not None and takes_plain_commits(snapshot, removes_rows=False)
     return run_commit(
         location,
         fence=fence,
-        plan=plans[1] if on_log else plans[0],
+        plan=plan_on_log if on_log else plan,
         commit_id=commit_id,
-        operation=operation,
-        fence_rule=fence_rule,
+        operation="claim",
+        fence_rule="not newer",
         planned_on="log" if on_log else "delta-rs",
         latest=snapshot if on_log else None,
     )
@@ -433,14 +402,18 @@ def commit_files(location: str, request: CommitRequest) -> int:
             return _creation(location, request, custom)
         return _on_log(location, snapshot, request, custom)
 
-    version = _run_on_either(
+    snapshot = log_snapshot(location)
+    on_log = snapshot is not None and takes_plain_commits(
+        snapshot, removes_rows=request.removes_rows
+    )
+    version = run_commit(
         location,
         fence=request.fence,
-        plans=(plan, plan_on_log),
+        plan=plan_on_log if on_log else plan,
         commit_id=commit_id,
         operation="commit",
-        fence_rule="claimed",
-        removes_rows=request.removes_rows,
+        planned_on="log" if on_log else "delta-rs",
+        latest=snapshot if on_log else None,
     )
     assert version is not None  # a commit's plan is never Done
     return version
