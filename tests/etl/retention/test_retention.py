@@ -445,7 +445,7 @@ def test_etl_run_continuous_maintains_on_an_interval(tmp_path):
     sealing epochs while maintenance compacts its tables and expires cuts by the policy;
     every cut still retained reads as it did when it was sealed, and an expired one gives
     the clear error. The run is stopped (Ctrl-C) once it sealed an epoch on top of a
-    compaction."""
+    compaction and three cuts were read."""
     import signal
     import threading
     from collections import Counter
@@ -486,7 +486,8 @@ def test_etl_run_continuous_maintains_on_an_interval(tmp_path):
             latest = catalog.latest_commit(pipeline="wordcount")
             if latest is not None and latest.epoch not in seen:
                 seen[latest.epoch] = _cut(catalog, latest.epoch)
-            if not stopping and (_sealed_after_compaction(catalog) or time.monotonic() > deadline):
+            done = len(seen) >= 3 and _sealed_after_compaction(catalog)
+            if not stopping and (done or time.monotonic() > deadline):
                 os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C sends
                 stopping = True
             time.sleep(0.2)
