@@ -7,6 +7,9 @@ read the table; a compaction commit landing in between would remove them first, 
 batch's commit would fail its precondition (etl/delta/commit.py, ``commit_files``). A
 compaction commit lands only while the job is idle, and a batch starts only once such a
 commit is done: a batch waits for at most one commit, never for a whole compaction.
+
+A job that runs batches back to back is never idle by chance: while maintenance waits for
+the job's batch to end, the job's next batch waits to start (a wait of one commit again).
 """
 
 from __future__ import annotations
@@ -22,11 +25,15 @@ class BatchGate:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._running: Counter[str] = Counter()
+        self._waiting: Counter[str] = Counter()
+        """Per job, the maintenance commits waiting for its batch to end."""
 
     @contextmanager
     def batch(self, job: str) -> Iterator[None]:
-        """Around one batch of ``job``, from before it reads its tables to its last commit."""
+        """Around one batch of ``job``, from before it reads its tables to its last commit;
+        it starts once no maintenance commit waits for the job."""
         with self._changed:
+            self._changed.wait_for(lambda: not self._waiting[job])
             self._running[job] += 1
         try:
             yield
@@ -44,12 +51,17 @@ class BatchGate:
         block to one commit)."""
         deadline = time.monotonic() + wait
         with self._changed:
-            while self._running[job] and not (cancel is not None and cancel.is_set()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._changed.wait(min(left, 0.1))
-            yield self._running[job] == 0
+            self._waiting[job] += 1
+            try:
+                while self._running[job] and not (cancel is not None and cancel.is_set()):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._changed.wait(min(left, 0.1))
+                yield self._running[job] == 0
+            finally:
+                self._waiting[job] -= 1
+                self._changed.notify_all()
 
 
 __all__ = ["BatchGate"]
