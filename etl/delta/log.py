@@ -386,7 +386,6 @@ def _replayed_files(snapshot: LogSnapshot, epochs: tuple[int, int] | None) -> li
     partitioned = EPOCH_COLUMN in snapshot.partition_columns
     chosen: list[tuple[str, Mapping[str, Any], dict]] = []
     for path, add in snapshot.adds.items():
-        stats = _stats(add)
         if epochs is not None:
             first, last = epochs
             if partitioned:
@@ -394,13 +393,10 @@ def _replayed_files(snapshot: LogSnapshot, epochs: tuple[int, int] | None) -> li
                 if value in (None, "") or not first <= int(value) <= last:
                     continue
             else:
-                low = (stats.get("minValues") or {}).get(EPOCH_COLUMN)
-                high = (stats.get("maxValues") or {}).get(EPOCH_COLUMN)
-                if (low is not None and int(low) > last) or (
-                    high is not None and int(high) < first
-                ):
+                low, high = _epoch_bounds(add)
+                if (low is not None and low > last) or (high is not None and high < first):
                     continue
-        chosen.append((path, add, stats))
+        chosen.append((path, add, _stats(add)))
     types = _arrow_types(snapshot.schema_json)
     location = snapshot.location
     partitions = _typed_columns(
@@ -433,6 +429,27 @@ def _stats(add: Mapping[str, Any]) -> dict:
     if isinstance(stats, str) and stats:
         return json.loads(stats)
     return dict(stats) if isinstance(stats, Mapping) else {}
+
+
+def _epoch_bounds(add: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """The lowest and highest :data:`EPOCH_COLUMN` value of an add action's statistics."""
+    stats = add.get("stats")
+    if isinstance(stats, str) and stats:
+        return _epoch_bounds_of(stats)
+    return _bounds_in(dict(stats) if isinstance(stats, Mapping) else {})
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _epoch_bounds_of(stats: str) -> tuple[int | None, int | None]:
+    # A read of one epoch looks at every active file of its table: the statistics of a
+    # file are parsed once, not at every read (an append table gains a file every epoch).
+    return _bounds_in(json.loads(stats))
+
+
+def _bounds_in(stats: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    low = (stats.get("minValues") or {}).get(EPOCH_COLUMN)
+    high = (stats.get("maxValues") or {}).get(EPOCH_COLUMN)
+    return (None if low is None else int(low), None if high is None else int(high))
 
 
 @functools.lru_cache(maxsize=256)

@@ -193,3 +193,30 @@ def test_every_table_of_a_wide_pipeline_keeps_its_replay(tmp_path, monkeypatch):
         files = write_arrow(_typed_rows(2), location, file_prefix="e2")
         commit_files(location, CommitRequest(files, schema=TYPED, mode="append", fence=FENCE))
     assert all(len(log_snapshot(location, 2).adds) == 3 for location in locations)
+
+
+def test_a_read_of_one_epoch_parses_each_file_statistics_once(tmp_path, monkeypatch):
+    """An append table gains a file every epoch; the epoch-by-epoch reads of a long run
+    parse a file's statistics once to prune it, not at every read."""
+    import json
+
+    from etl.delta import log
+
+    location = str(tmp_path / "t")
+    write_deltalake(location, _typed_rows(0))
+    claim_table(location, fence=FENCE)
+    for epoch in range(1, 9):
+        files = write_arrow(_typed_rows(epoch), location, file_prefix=f"e{epoch}")
+        commit_files(location, CommitRequest(files, schema=TYPED, mode="append", fence=FENCE))
+    parsed, loads = [], json.loads
+    monkeypatch.setattr(log.json, "loads", lambda text: parsed.append(text) or loads(text))
+    for epoch in range(1, 9):
+        (file,) = _same_files(location, epochs=(epoch, epoch))
+        assert file.min_values[EPOCH_COLUMN] == epoch
+    parsed.clear()
+    snapshot = log_snapshot(location)
+    assert snapshot is not None
+    for epoch in range(1, 9):
+        (file,) = active_files(snapshot, epochs=(epoch, epoch))
+        assert file.max_values[EPOCH_COLUMN] == epoch
+    assert len(parsed) == 8  # each read: the statistics of the file it returns alone
