@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from etl.delta.local import schema_kept
 
@@ -77,10 +78,38 @@ def build_spark(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     answer_without_delay(spark)
+    pass_scalars_through()
     url = spark.sparkContext.uiWebUrl
     if url and (ui or "").lower() == "true":
         print(f"Spark UI: {url}", file=sys.stderr)
     return spark
+
+
+class _ScalarArguments:
+    """A Py4J input converter that takes the arguments Py4J sends as they are (``str``,
+    ``int``, ``float``, ``bool``, ``None``) before any other converter looks at them.
+
+    PySpark's gateway tries every registered converter on every argument of every JVM
+    call: ten of them, three of which look attributes up with ``inspect.getattr_static``.
+    None converts a value of these exact types, so the answer is known at once: about 4%
+    of the driver's Python in a 100-table pipeline went to asking (bench/RESULTS-issue28.md,
+    session 56)."""
+
+    _TYPES = frozenset({str, int, float, bool, type(None)})
+
+    def can_convert(self, value: object) -> bool:
+        return type(value) in self._TYPES
+
+    def convert(self, value: object, gateway_client: object) -> object:
+        return value
+
+
+def pass_scalars_through() -> None:
+    """Register :class:`_ScalarArguments` first among Py4J's input converters, once."""
+    from py4j import protocol
+
+    if not any(isinstance(c, _ScalarArguments) for c in protocol.INPUT_CONVERTER):
+        protocol.register_input_converter(_ScalarArguments(), prepend=True)
 
 
 _answering = threading.local()
@@ -362,10 +391,10 @@ _SCALA_SOME = "scala.Some"
 
 @dataclass(frozen=True)
 class _ViewDefinition:
-    """A view :func:`replace_temp_view` made: its schema (JSON), its definition (a Py4J
+    """A view :func:`replace_temp_view` made: its schema, its definition (a Py4J
     ``TemporaryViewRelation``) and the definition's description (``tableMeta``)."""
 
-    schema: str
+    schema: StructType
     relation: Any
     description: Any
 
@@ -407,7 +436,7 @@ def replace_temp_view(frame: DataFrame, name: str) -> None:
     from py4j.java_gateway import JavaClass
 
     session = frame.sparkSession
-    schema = frame.schema.json()
+    schema = frame.schema
     catalog, definitions = _view_definitions.of(session)
     known = definitions.get(name)
     if known is None or known.schema != schema:
@@ -438,6 +467,7 @@ __all__ = [
     "build_spark",
     "configure_small_batch",
     "evaluated_while_planning",
+    "pass_scalars_through",
     "single_partition",
     "sql_frame",
 ]
