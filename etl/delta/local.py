@@ -126,14 +126,20 @@ def schema_kept(derived: DataFrame, source: DataFrame) -> DataFrame:
 
 
 def local_frame(
-    spark: SparkSession, batches: Sequence[pa.RecordBatch], arrow: pa.Schema, schema: StructType
+    spark: SparkSession,
+    batches: Sequence[pa.RecordBatch],
+    arrow: pa.Schema,
+    schema: StructType,
+    *,
+    schema_json: str | None = None,
 ) -> DataFrame:
     """``batches`` (of ``arrow``, ``schema``'s Arrow form in UTC) as a DataFrame: what
     ``spark.createDataFrame`` of their table builds (a local relation, or a parallelized
     one above ``spark.sql.execution.arrow.localRelationThreshold``), through three Py4J
     calls where it makes about forty (it reads eight settings, each element of their
     list a call, and looks Spark's helper class up by name, which the JVM first tries
-    as a class of the default package, scanning every jar)."""
+    as a class of the default package, scanning every jar). ``schema_json``:
+    ``schema.json()``, when the caller has it already."""
     from pyspark.sql.dataframe import DataFrame
 
     context = spark.sparkContext
@@ -148,7 +154,7 @@ def local_frame(
         read = helpers.read_arrow_stream(path)
     finally:
         os.unlink(path)
-    frame = DataFrame(helpers.to_data_frame(read, schema.json(), spark._jsparkSession), spark)
+    frame = DataFrame(helpers.to_data_frame(read, schema_json or schema.json(), spark._jsparkSession), spark)
     return known_schema(frame, schema)
 
 
@@ -213,6 +219,8 @@ def shared_local_frame(
     read: Callable[[], Sequence[pa.RecordBatch]],
     arrow: pa.Schema,
     schema: StructType,
+    *,
+    schema_json: str | None = None,
 ) -> DataFrame:
     """:func:`local_frame` of the batches ``read`` returns, which ``key`` identifies (say,
     immutable files): the local relation built for ``key`` is kept and given to the next
@@ -226,7 +234,7 @@ def shared_local_frame(
     kept = _shared.get(key)
     if kept is None:
         batches = read()
-        frame = local_frame(spark, batches, arrow, schema)
+        frame = local_frame(spark, batches, arrow, schema, schema_json=schema_json)
         _shared.put(key, frame._jdf, sum(b.nbytes for b in batches))
         return frame
     plan = kept.logical_plan()

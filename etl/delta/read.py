@@ -11,6 +11,7 @@ when they use a feature we cannot honour (column mapping, unknown reader feature
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -54,6 +55,7 @@ from etl.storage import is_local, spark_io
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 FILE_PATH_COLUMN = "__delta_barrier_file"
 """The column :func:`scan` adds with ``with_file_path``: the URI Spark read the row from."""
@@ -337,10 +339,8 @@ def _read_in_driver(
     deletion vectors delete dropped, unless ``deletion_vectors`` is False) and Spark gets
     them as a local relation, with the schema a Spark read gives (every column nullable)."""
     import pyarrow.compute as pc
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = _nullable(spark_schema(table))
-    target = to_arrow_schema(schema, timezone="UTC")
+    schema, target, schema_text = _driver_read_schemas(schema_json(table))
     partition_by = partition_columns(table)
     partitions = frozenset(partition_by)
     vectors = {f.path: f.deletion_vector for f in files if f.deletion_vector is not None}
@@ -372,10 +372,22 @@ def _read_in_driver(
     # less its deletion vector's, are what they were for the last reader of that file.
     key = (
         location,
-        schema.json(),
+        schema_text,
         tuple((f.path, f.size, vectors.get(f.path)) for f in files),
     )
-    return shared_local_frame(spark, key, read, target, schema)
+    return shared_local_frame(spark, key, read, target, schema, schema_json=schema_text)
+
+
+@functools.lru_cache(maxsize=256)
+def _driver_read_schemas(table_schema: str) -> tuple[StructType, pa.Schema, str]:
+    """For a table's schema (the log's JSON), the schema of a driver read (every column
+    nullable, as Spark reads files), its Arrow form in UTC and its JSON: a table's inputs
+    are read every epoch, and their schema seldom changes. Never mutate what it returns."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    schema = _nullable(StructType.fromJson(json.loads(table_schema)))
+    return schema, to_arrow_schema(schema, timezone="UTC"), schema.json()
 
 
 def _nullable(data_type):
