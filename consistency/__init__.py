@@ -11,13 +11,20 @@ them; nothing here imports the catalog or etl.
   is COMMIT.
 - :func:`resolve_snapshot`: the Delta version of each table for a read at a level.
 - :func:`plan_batches`, :func:`pending_epochs`: barrier alignment and backlog batching;
-  :func:`admission_order`: which runnable batch runs first.
+  :func:`admission_order`: which runnable batch runs first;
+  :func:`inputs_sealed_through`: whether a batch's end can have made a reader runnable.
 - :func:`plan_recovery`: what to seal, roll back and replay after a crash.
 
 No Spark and no database here: the catalog and the etl layer supply the inputs.
 """
 
-from consistency.alignment import PendingEpochs, admission_order, pending_epochs, plan_batches
+from consistency.alignment import (
+    PendingEpochs,
+    admission_order,
+    inputs_sealed_through,
+    pending_epochs,
+    plan_batches,
+)
 from consistency.errors import (
     BatchPlanError,
     ConsistencyError,
@@ -111,6 +118,7 @@ __all__ = [
     "global_state_of",
     "parse_level",
     "admission_order",
+    "inputs_sealed_through",
     "pending_epochs",
     "plan_batches",
     "plan_recovery",

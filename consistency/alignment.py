@@ -9,7 +9,7 @@ a..b-1 are COALESCED.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from consistency.errors import BatchPlanError
@@ -167,3 +167,17 @@ def admission_order(ready: Mapping[str, EpochBatch], lineage: Sequence[str]) -> 
     if unknown:
         raise BatchPlanError(f"jobs {sorted(unknown)} are not in the lineage {list(lineage)}")
     return sorted(ready, key=lambda job: (ready[job].first, -depth[job]))
+
+
+def inputs_sealed_through(
+    inputs: Iterable[str], sealed_through: Mapping[str, int], epoch: int
+) -> bool:
+    """Whether a job reading ``inputs`` may have a new batch once a batch sealed
+    ``epoch``: every input whose progress the caller follows (``sealed_through``: per
+    table, the last epoch it saw sealed) is sealed through ``epoch``. An input it does not
+    follow counts as sealed, so the job is planned and the catalog decides.
+
+    A job reads each epoch of all its inputs at once (barrier alignment), so an input
+    sealed through ``epoch`` while another is not yet makes no epoch runnable: a fan-in of
+    five inputs needs planning once an epoch, not once per input."""
+    return all(sealed_through.get(table, epoch) >= epoch for table in inputs)

@@ -39,7 +39,7 @@ from catalog import (
     ProgressRequest,
     Revision,
 )
-from consistency import EpochBatch, admission_order, plan_batches
+from consistency import EpochBatch, admission_order, inputs_sealed_through, plan_batches
 from etl.engine import BatchResult, EpochEngine, RecoveryStep, StepAction, recover
 from etl.errors import (
     ExitCode,
@@ -420,6 +420,13 @@ class Runner:
         self, jobs: Sequence[Job], *, draining: bool = False, continuous: bool = False
     ) -> dict[str, list[EpochBatch]]:
         """:meth:`plan` of each of ``jobs``, read of the catalog in one round trip."""
+        planned = self._plan_jobs(jobs, draining=draining, continuous=continuous)
+        return {name: batches for name, (batches, _) in planned.items()}
+
+    def _plan_jobs(
+        self, jobs: Sequence[Job], *, draining: bool, continuous: bool
+    ) -> dict[str, tuple[list[EpochBatch], int]]:
+        """:meth:`plan_jobs`, with the epoch each job's tables are sealed through."""
         progress = self.catalog.jobs_progress(
             [
                 ProgressRequest(
@@ -434,7 +441,7 @@ class Runner:
             1 if draining else backlog_threshold_for(self.backlog_threshold, continuous=continuous)
         )
         return {
-            job.name: _batches(job, found, threshold)
+            job.name: (_batches(job, found, threshold), found.done_through)
             for job, found in zip(jobs, progress, strict=True)
         }
 
@@ -599,11 +606,43 @@ class Runner:
         }
         by_name = {job.name: job for job in jobs}
         lineage = list(by_name)  # upstream first, as ordered_jobs gives them
+        writers = {t: job.name for job in jobs for t in self.pipeline.tables_of(job)}
         # Jobs that may have a new runnable batch: all at first; then a job whose batch
         # ended and the jobs reading its tables, and source jobs when an epoch opens.
         # The others are not planned again (planning costs catalog round trips): epochs
         # belong to the pipeline, so only its own jobs make another job's epochs runnable.
         dirty = {job.name for job in jobs}
+        sealed_through: dict[str, int] = {}
+        """Per table of this run's jobs, the epoch it was last seen sealed through: by a
+        batch's end, or by planning its job (recovery seals epochs without a batch)."""
+
+        def readers_to_plan(tables: Sequence[str], epoch: int | None) -> set[str]:
+            """The jobs reading ``tables`` that their sealing through ``epoch`` can have
+            made runnable (all of them for ``None``: a batch that failed or sealed
+            nothing): those whose other inputs this run writes and drives are sealed
+            through ``epoch`` too."""
+            readers = {c for t in tables for c in consumers[t]}
+            if epoch is None:
+                return readers
+            followed = {
+                table: through
+                for table, through in sealed_through.items()
+                if writers[table] not in stopped and writers[table] not in left
+            }
+            return {
+                c
+                for c in readers
+                if inputs_sealed_through((i.table for i in by_name[c].inputs), followed, epoch)
+            }
+
+        def seen_sealed(tables: Sequence[str], epoch: int) -> list[str]:
+            """Record ``tables`` sealed through ``epoch``; those this moves forward from an
+            earlier sighting."""
+            moved = [t for t in tables if t in sealed_through and sealed_through[t] < epoch]
+            for table in tables:
+                sealed_through[table] = max(epoch, sealed_through.get(table, epoch))
+            return moved
+
         left = {job.name for job in jobs} - set(self.leases())
         """Jobs left to a recompute (their leases not held) until its revision is switched."""
         recomputes_checked_at = 0.0
@@ -675,7 +714,7 @@ class Runner:
                 planned = (
                     _once_more_if_interrupted(
                         partial(
-                            self.plan_jobs,
+                            self._plan_jobs,
                             to_plan,
                             draining=draining,
                             continuous=epoch_interval is not None,
@@ -684,7 +723,10 @@ class Runner:
                     if to_plan
                     else {}
                 )
-                for name, batches in planned.items():
+                for name, (batches, done_through) in planned.items():
+                    moved = seen_sealed(self.pipeline.tables_of(by_name[name]), done_through)
+                    if moved:
+                        dirty |= readers_to_plan(moved, done_through)
                     if batches:
                         ready[name] = batches[0]
                     else:
@@ -723,7 +765,13 @@ class Runner:
                 finished, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
                 for future in finished:
                     job, batch, _ = running.pop(future)
-                    dirty |= {c for t in self.pipeline.tables_of(job) for c in consumers[t]}
+                    ended = None if future.exception() is not None else future.result()
+                    tables = self.pipeline.tables_of(job)
+                    if ended is not None and ended.sealed:
+                        seen_sealed(tables, ended.epoch)
+                        dirty |= readers_to_plan(tables, ended.epoch)
+                    else:
+                        dirty |= readers_to_plan(tables, None)
                     # A batch that ended well leaves its job nothing to run unless its last
                     # plan found more: any other epoch becomes runnable by an event that
                     # marks the job (an input's batch ending, an epoch opening). Planning

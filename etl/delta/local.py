@@ -154,7 +154,9 @@ def local_frame(
         read = helpers.read_arrow_stream(path)
     finally:
         os.unlink(path)
-    frame = DataFrame(helpers.to_data_frame(read, schema_json or schema.json(), spark._jsparkSession), spark)
+    frame = DataFrame(
+        helpers.to_data_frame(read, schema_json or schema.json(), spark._jsparkSession), spark
+    )
     return known_schema(frame, schema)
 
 

@@ -1,5 +1,6 @@
 """plan_batches / pending_epochs: barrier alignment, forced coalescing and backlog mode;
-admission_order: which runnable batch gets a free slot first."""
+admission_order: which runnable batch gets a free slot first; inputs_sealed_through: when
+a reader is worth planning."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from consistency import (
     BatchPlanError,
     EpochBatch,
     admission_order,
+    inputs_sealed_through,
     pending_epochs,
     plan_batches,
 )
@@ -269,3 +271,29 @@ def test_admission_orders_every_ready_job_once_by_epoch_then_depth(ready):
     assert sorted(order) == sorted(ready)
     keys = [(ready[job].first, -CHAIN.index(job)) for job in order]
     assert keys == sorted(keys)
+
+
+def test_a_reader_is_worth_planning_once_every_followed_input_is_sealed_through_the_epoch():
+    inputs = ["a", "b", "c"]
+    assert not inputs_sealed_through(inputs, {"a": 5, "b": 4, "c": 5}, 5)  # b lags
+    assert inputs_sealed_through(inputs, {"a": 5, "b": 5, "c": 7}, 5)
+    assert inputs_sealed_through(inputs, {"a": 5}, 5)  # b and c not followed: the catalog decides
+    assert not inputs_sealed_through(inputs, {"a": 5, "c": 3}, 5)
+    assert inputs_sealed_through([], {"a": 1}, 5)
+
+
+@given(
+    through=st.dictionaries(st.sampled_from("abcd"), st.integers(0, 9)),
+    inputs=st.lists(st.sampled_from("abcde"), max_size=4),
+    epoch=st.integers(0, 9),
+)
+def test_sealed_through_is_monotone_in_what_is_known(through, inputs, epoch):
+    """Knowing more of an input's progress never makes a reader runnable that was not,
+    and an input sealed further never makes it not runnable."""
+    ready = inputs_sealed_through(inputs, through, epoch)
+    for table in inputs:
+        further = {**through, table: through.get(table, 0) + 1}
+        if table in through:
+            assert inputs_sealed_through(inputs, further, epoch) >= ready
+        fewer = {t: e for t, e in through.items() if t != table}
+        assert inputs_sealed_through(inputs, fewer, epoch) >= ready

@@ -121,3 +121,64 @@ def test_a_fan_out_costs_few_statements_per_table_and_epoch(tmp_path, spark):
     # change in one statement.
     assert transactions <= 13.4, transactions
     assert statements <= 40, statements
+
+
+def fan_in(incoming: Path, branches: int) -> Pipeline:
+    """One root, ``branches`` filters of it, and one job reading every branch."""
+    pipeline = Pipeline("fan_in")
+    source = FileSource("drops", path=incoming, format="json", schema=SCHEMA)
+    pipeline.ingest("ingest", source=source, output="events")
+    for b in range(branches):
+        pipeline.sql(
+            f"branch_{b}",
+            output=f"branch_{b}",
+            inputs=["events"],
+            query=f"SELECT id, amount FROM events WHERE id % {branches} = {b}",
+        )
+    union = " UNION ALL ".join(f"SELECT id, amount FROM branch_{b}" for b in range(branches))
+    pipeline.sql(
+        "combined",
+        output="combined",
+        inputs=[f"branch_{b}" for b in range(branches)],
+        query=f"SELECT count(*) AS n, sum(amount) AS amount FROM ({union})",
+        mode="overwrite",
+    )
+    return pipeline
+
+
+@pytest.mark.parametrize("continuous", [False, True], ids=["run_once", "continuous"])
+def test_a_fan_in_is_planned_once_its_inputs_are_all_sealed(tmp_path, spark, continuous):
+    """A job reading four tables is planned when the last of them is sealed through the
+    epoch, not at the end of each of their batches (planning is a catalog read)."""
+    incoming, warehouse = tmp_path / "in", tmp_path / "wh"
+    incoming.mkdir()
+    catalog = load_catalog(None, warehouse=warehouse)
+    runner = Runner(fan_in(incoming, 4), catalog=catalog, warehouse=str(warehouse), spark=spark)
+    runner.register()
+    planned: Counter[str] = Counter()
+    progress = catalog.jobs_progress
+
+    def counting(requests):
+        planned.update(r.output for r in requests)
+        return progress(requests)
+
+    catalog.jobs_progress = counting
+    epochs = 3
+    for epoch in range(epochs):
+        rows = [f'{{"id": {epoch * 10 + i}, "customer": 1, "amount": {i}}}' for i in range(8)]
+        (incoming / f"{epoch:04d}.json").write_text("\n".join(rows) + "\n")
+        if not continuous:
+            assert runner.run_once().ok
+    if continuous:
+        stop = threading.Event()
+        result = runner.run_continuous(epoch_interval=0.5, stop=stop, max_epochs=epochs)
+        assert result.ok, result
+    opened = [e.id for e in catalog.epochs()]
+    sealed = {s.epoch: s.state.name for s in catalog.table_epochs("combined")}
+    assert set(sealed) == set(opened) and set(sealed.values()) <= {"WRITTEN", "COALESCED"}
+    assert catalog.get_commit(opened[-1]) is not None
+    catalog.close()
+    # each epoch: planned with every job at the start of a run or when the epoch opens,
+    # then once the fourth branch is sealed through it (before: after each branch's batch)
+    assert planned["combined"] <= 2 * epochs, planned
+    assert planned["branch_0"] <= 2 * epochs, planned
