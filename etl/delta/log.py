@@ -380,9 +380,7 @@ def active_files(table: TableVersion, *, epochs: tuple[int, int] | None = None) 
 
 
 _FILE_LISTS_KEPT = 256
-_file_lists: OrderedDict[tuple[int, tuple[int, int] | None], tuple[Mapping, tuple]] = (
-    OrderedDict()
-)
+_file_lists: OrderedDict[tuple[int, tuple[int, int] | None], tuple[Mapping, tuple]] = OrderedDict()
 """The latest results of :func:`_replayed_files`, by the identity of the replay's add
 actions (kept with them: never changed, and their id not reused meanwhile) and epochs."""
 _file_lists_lock = threading.Lock()
