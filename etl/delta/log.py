@@ -379,32 +379,17 @@ def active_files(table: TableVersion, *, epochs: tuple[int, int] | None = None) 
     ]
 
 
-_FILE_LISTS_KEPT = 256
-_file_lists: OrderedDict[tuple[int, tuple[int, int] | None], tuple[Mapping, tuple]] = OrderedDict()
-"""The latest results of :func:`_replayed_files`, by the identity of the replay's add
-actions (kept with them: never changed, and their id not reused meanwhile) and epochs."""
-_file_lists_lock = threading.Lock()
-
-
 def _replayed_files(snapshot: LogSnapshot, epochs: tuple[int, int] | None) -> list[ActiveFile]:
     """:func:`active_files` of our replay: the add actions' partition values and statistics
     typed as delta-rs types them (the table's Arrow types), for the files that may hold
     ``epochs`` only.
 
     A fan-out's jobs all read the same version of their input for the same epoch: the
-    files are chosen and typed once for all of them."""
-    key = (id(snapshot.adds), epochs)
-    with _file_lists_lock:
-        kept = _file_lists.get(key)
-        if kept is not None and kept[0] is snapshot.adds:
-            _file_lists.move_to_end(key)
-            return list(kept[1])
-    files = _chosen_files(snapshot, epochs)
-    with _file_lists_lock:
-        _file_lists[key] = (snapshot.adds, tuple(files))
-        while len(_file_lists) > _FILE_LISTS_KEPT:
-            _file_lists.popitem(last=False)
-    return files
+    files are chosen and typed once for all of them, and kept with the version's replay."""
+    kept = snapshot.chosen.get(epochs)
+    if kept is None:
+        kept = snapshot.chosen[epochs] = tuple(_chosen_files(snapshot, epochs))
+    return list(kept)
 
 
 def _chosen_files(snapshot: LogSnapshot, epochs: tuple[int, int] | None) -> list[ActiveFile]:

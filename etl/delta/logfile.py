@@ -171,6 +171,9 @@ class LogSnapshot:
     """The ``add`` actions of the active files, by decoded path (never changed)."""
     txns: Mapping[str, int] = field(default_factory=dict)
     """The app transactions: the latest version recorded per app id (never changed)."""
+    chosen: dict[Any, tuple] = field(default_factory=dict, repr=False, compare=False)
+    """What reads of this version chose of its files, by what they asked for: kept with
+    the version's replay (:func:`etl.delta.log.active_files`)."""
 
     @property
     def schema_json(self) -> str:
@@ -220,7 +223,13 @@ def log_snapshot(location: str, version: int | None = None) -> LogSnapshot | Non
             reason=f"version {version} has no protocol or metaData action in its log",
         )
     return LogSnapshot(
-        location, version, replay.protocol, replay.metadata, replay.adds, replay.txns
+        location,
+        version,
+        replay.protocol,
+        replay.metadata,
+        replay.adds,
+        replay.txns,
+        replay.chosen,
     )
 
 
@@ -295,6 +304,7 @@ class _Replay:
     txns: dict[str, int]
     protocol: dict | None
     metadata: dict | None
+    chosen: dict[Any, tuple] = field(default_factory=dict, compare=False)
 
     def state(self) -> _ReplayState:
         return dict(self.adds), dict(self.txns), self.protocol, self.metadata
