@@ -624,16 +624,21 @@ class Runner:
             readers = {c for t in tables for c in consumers[t]}
             if epoch is None:
                 return readers
-            followed = {
-                table: through
-                for table, through in sealed_through.items()
-                if writers[table] not in stopped and writers[table] not in left
-            }
             return {
                 c
                 for c in readers
-                if inputs_sealed_through((i.table for i in by_name[c].inputs), followed, epoch)
+                if inputs_sealed_through(
+                    (i.table for i in by_name[c].inputs if followed(i.table)),
+                    sealed_through,
+                    epoch,
+                )
             }
+
+        def followed(table: str) -> bool:
+            """Whether this run drives the job writing ``table``, so that its sealing
+            shows in ``sealed_through``."""
+            writer = writers.get(table)
+            return writer is not None and writer not in stopped and writer not in left
 
         def seen_sealed(tables: Sequence[str], epoch: int) -> list[str]:
             """Record ``tables`` sealed through ``epoch``; those this moves forward from an

@@ -446,7 +446,7 @@ def _epoch_bounds(add: Mapping[str, Any]) -> tuple[int | None, int | None]:
     stats = add.get("stats")
     if isinstance(stats, str) and stats:
         return _epoch_bounds_of(stats)
-    return _bounds_in(dict(stats) if isinstance(stats, Mapping) else {})
+    return _bounds_in(stats if isinstance(stats, Mapping) else {})
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -74,11 +74,17 @@ Spark's read, 30,000 rows (0.48 MB) 259 and 273 ms, 45,000 rows (0.70 MB) 326 an
 bounds the rows a scan holds in the driver."""
 
 
-def spark_schema(table: TableVersion):
-    """The table's schema as a Spark StructType (Delta schemas use Spark's JSON form)."""
+def spark_schema(table: TableVersion) -> StructType:
+    """The table's schema as a Spark StructType (Delta schemas use Spark's JSON form): one
+    object per schema, shared by every read of it (never mutate it)."""
+    return _parsed_schema(schema_json(table))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_schema(table_schema: str) -> StructType:
     from pyspark.sql.types import StructType
 
-    return StructType.fromJson(json.loads(schema_json(table)))
+    return StructType.fromJson(json.loads(table_schema))
 
 
 def scan(
@@ -384,9 +390,8 @@ def _driver_read_schemas(table_schema: str) -> tuple[StructType, pa.Schema, str]
     nullable, as Spark reads files), its Arrow form in UTC and its JSON: a table's inputs
     are read every epoch, and their schema seldom changes. Never mutate what it returns."""
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
 
-    schema = _nullable(StructType.fromJson(json.loads(table_schema)))
+    schema = _nullable(_parsed_schema(table_schema))
     return schema, to_arrow_schema(schema, timezone="UTC"), schema.json()
 
 
