@@ -4,8 +4,8 @@ catalog, through the public ``Catalog`` API, against the same SQL sent through P
 
 A pipeline of ``DB_BENCH_TABLES`` tables (a root and a chain of derived jobs) is
 registered and its jobs leased. Each epoch, the root is recorded and sealed, then every
-derived job makes the calls the engine makes for one batch: ``attempt_floor`` (the
-attempt number), ``states_at`` (its input's sealed version) and ``seal`` (which records
+derived job makes the calls the engine makes for one batch: ``batch_start`` (the
+attempt number and its input's sealed version, in one read) and ``seal`` (which records
 the commit and checks for the epoch's COMMIT; a job without a quality gate records no
 PROCESSED before it, and knows its output's schema from its previous commit); the runner
 renews all leases once per epoch. Every statement SQLAlchemy sends is
@@ -112,9 +112,7 @@ def _epoch(catalog, jobs, names, leases, version: int) -> None:
     epoch = catalog.open_epoch().id
     for i, (job, table) in enumerate(zip(jobs, names, strict=True)):
         generation = leases[job].generation
-        catalog.attempt_floor([table], epoch)
-        if i:
-            catalog.states_at([names[i - 1]], epoch)
+        catalog.batch_start([table], epoch, inputs=names[i - 1 : i] if i else ())
         catalog.seal(
             job,
             generation,

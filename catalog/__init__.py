@@ -48,7 +48,7 @@ from catalog.errors import (
 )
 from catalog.models import (
     FAILURE_MESSAGE_MAX_CHARS,
-    AttemptFloor,
+    BatchStart,
     CommitManifest,
     EpochExpiry,
     JobFailureRecord,
@@ -112,7 +112,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "as_utc",
     "writes_held",
-    "AttemptFloor",
+    "BatchStart",
     "CATALOG_FILE_NAME",
     "CatalogReads",
     "FAILURE_MESSAGE_MAX_CHARS",

@@ -191,16 +191,19 @@ class JobProgress:
 
 
 @dataclass(frozen=True)
-class AttemptFloor:
-    """What numbering a new attempt at an epoch reads of the catalog, in one read
-    (:meth:`catalog.states.base.StateStore.attempt_floor`)."""
+class BatchStart:
+    """What a batch at an epoch reads of the catalog before it runs, in one read
+    (:meth:`catalog.states.base.StateStore.batch_start`): how to number its attempt, and
+    which versions of its inputs it reads."""
 
     max_attempt: int
-    """The highest attempt recorded at the epoch in the tables, history included (0 if
-    none)."""
+    """The highest attempt recorded at the epoch in the job's tables, history included (0
+    if none)."""
     latest_written: Mapping[str, TableEpoch] = field(default_factory=dict)
-    """Per table, its newest WRITTEN state (a table without one is absent): the Delta log
-    after its version may hold attempts the catalog never heard of."""
+    """Per table of the job, its newest WRITTEN state (a table without one is absent): the
+    Delta log after its version may hold attempts the catalog never heard of."""
+    input_states: Mapping[str, TableEpoch] = field(default_factory=dict)
+    """Per input, its state at the epoch (an input without one is absent)."""
 
 
 @dataclass(frozen=True)

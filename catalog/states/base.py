@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 
 from catalog.models import (
-    AttemptFloor,
+    BatchStart,
     CommitManifest,
     JobProgress,
     ProgressRequest,
@@ -121,9 +121,12 @@ class StateStore(ABC):
         return progress
 
     @abstractmethod
-    def attempt_floor(self, tables: Iterable[str], epoch: int) -> AttemptFloor:
-        """:meth:`max_attempt` and :meth:`latest_written` of ``tables`` in one read: what
-        numbering a new attempt at ``epoch`` reads of the catalog."""
+    def batch_start(
+        self, tables: Iterable[str], epoch: int, *, inputs: Iterable[str] = ()
+    ) -> BatchStart:
+        """:meth:`max_attempt` and :meth:`latest_written` of a job's ``tables`` and
+        :meth:`states_at` ``epoch`` of its ``inputs``, in one read: what a batch at
+        ``epoch`` reads of the catalog before it runs."""
 
     @abstractmethod
     def get_commit(self, epoch: int) -> CommitManifest | None:

@@ -16,7 +16,7 @@ from catalog.errors import (
     UnknownTableError,
 )
 from catalog.models import (
-    AttemptFloor,
+    BatchStart,
     CommitManifest,
     JobProgress,
     ProgressRequest,
@@ -592,17 +592,22 @@ class SqlStateStore(SqlStore, StateStore):
         with self._read() as conn:
             return self._max_attempt(conn, names, epoch)
 
-    def attempt_floor(self, tables: Iterable[str], epoch: int) -> AttemptFloor:
+    def batch_start(
+        self, tables: Iterable[str], epoch: int, *, inputs: Iterable[str] = ()
+    ) -> BatchStart:
         names = list(dict.fromkeys(tables))
-        if not names:
-            return AttemptFloor(max_attempt=0)
+        wanted = list(dict.fromkeys(inputs))
+        if not names and not wanted:
+            return BatchStart(max_attempt=0)
         with self._read() as conn:
-            attempt = self._max_attempt(conn, names, epoch)
-            rows = self._latest_rows(conn, "written", names)
-        return AttemptFloor(
-            max_attempt=attempt,
-            latest_written={row.table_name: self._table_epoch(row) for row in rows},
-        )
+            attempt = self._max_attempt(conn, names, epoch) if names else 0
+            written = self._latest_rows(conn, "written", names) if names else []
+            states = conn.execute(_STATES_AT, {"epoch": epoch, "names": wanted}) if wanted else []
+            return BatchStart(
+                max_attempt=attempt,
+                latest_written={row.table_name: self._table_epoch(row) for row in written},
+                input_states={row.table_name: self._table_epoch(row) for row in states},
+            )
 
     @staticmethod
     def _max_attempt(conn: sa.Connection, names: list[str], epoch: int) -> int:

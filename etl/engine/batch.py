@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from catalog import Catalog, CommitManifest, Epoch, EpochState, Lease, SealRequest
+from catalog import Catalog, CommitManifest, Epoch, EpochState, Lease, SealRequest, TableEpoch
 from consistency import EpochBatch
 from etl.delta import (
     DRIVER_READ_BYTES,
@@ -393,11 +393,13 @@ class EpochEngine:
         clock = StageClock()
         with clock.stage("read"):
             epoch = self.epoch(batch.last)
+            tables = {t: self.location(t) for t in self.pipeline.tables_of(job)}
+            start = self.catalog.batch_start(
+                tables, batch.last, inputs=[i.table for i in job.inputs]
+            )
             # Any table of the job may hold an earlier attempt (a crash after a side
             # output's commit leaves nothing of the epoch in the output): replay above all.
-            attempt = next_attempt(
-                self.catalog, {t: self.location(t) for t in self.pipeline.tables_of(job)}, batch
-            )
+            attempt = next_attempt(start, tables, batch)
             self._attempts[job.name] = (batch.last, attempt)
             # A Python transform may change its session in any way: a new one each batch.
             session = (
@@ -464,8 +466,8 @@ class EpochEngine:
                     maybe_crash("between_micro_batches", job=job.name, epoch=batch.last)
         else:
             with clock.stage("read"):
-                versions = self._input_versions(job, batch)
-                if self._inputs_unchanged(job, versions):
+                versions = self._input_versions(job, batch, start.input_states)
+                if self._inputs_unchanged(job, versions, start.latest_written):
                     return replace(self._seal_idle(writer), timings=clock.totals())
                 self._computed.pop(job.name, None)
                 reads = self._read_inputs_sized(job, batch, session, versions)
@@ -499,16 +501,21 @@ class EpochEngine:
         result = self.publish(writer, written, rejected=rejected)
         return replace(result, timings=clock.totals())
 
-    def _inputs_unchanged(self, job: Job, versions: Mapping[str, tuple[str, int]]) -> bool:
+    def _inputs_unchanged(
+        self,
+        job: Job,
+        versions: Mapping[str, tuple[str, int]],
+        sealed_now: Mapping[str, TableEpoch],
+    ) -> bool:
         """Whether this batch would compute what the job's last batch in this process
         computed: the same transform (loaded once per process) over inputs whose rows did
         not change (every commit since the versions it read changed no row: none, or
-        compaction and claims), its output untouched since it sealed it."""
+        compaction and claims), its output untouched since it sealed it. ``sealed_now``:
+        the newest WRITTEN state of each of the job's tables."""
         computed = self._computed.get(job.name)
         if computed is None or job.mode not in IDLE_SEALED_MODES:
             return False
         tables = self.pipeline.tables_of(job)
-        sealed_now = self.catalog.latest_written(tables)
         sealed = sealed_now.get(job.output)
         if (
             sealed is None
@@ -685,9 +692,11 @@ class EpochEngine:
                 return SealedTable(table.name, written.delta_version if written else None)
         return None
 
-    def _input_versions(self, job: Job, batch: EpochBatch) -> dict[str, tuple[str, int]]:
-        """Each input's location and the Delta version its epoch ``batch.last`` is sealed at."""
-        states = self.catalog.states_at([i.table for i in job.inputs], batch.last)
+    def _input_versions(
+        self, job: Job, batch: EpochBatch, states: Mapping[str, TableEpoch]
+    ) -> dict[str, tuple[str, int]]:
+        """Each input's location and the Delta version its epoch ``batch.last`` is sealed at
+        (``states``: the inputs' states at that epoch)."""
         versions: dict[str, tuple[str, int]] = {}
         for item in job.inputs:
             state = states.get(item.table)

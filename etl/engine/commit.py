@@ -48,7 +48,15 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from catalog import Catalog, CommitManifest, Lease, SealRequest, ValidationRecord, WriteMode
+    from catalog import (
+        BatchStart,
+        Catalog,
+        CommitManifest,
+        Lease,
+        SealRequest,
+        ValidationRecord,
+        WriteMode,
+    )
     from etl.pipeline import Job
 
 LeaseCheck = Callable[[], None]
@@ -64,19 +72,18 @@ def commit_metadata(job: Job, batch: EpochBatch, attempt: int) -> dict[str, str 
     }
 
 
-def next_attempt(catalog: Catalog, tables: Mapping[str, str], batch: EpochBatch) -> int:
+def next_attempt(start: BatchStart, tables: Mapping[str, str], batch: EpochBatch) -> int:
     """The attempt number of a new run of ``batch``: above every attempt that ever touched
-    its epochs in ``tables`` (name -> location), as the catalog's audit trail and the Delta
-    logs show them.
+    its epochs in ``tables`` (name -> location), as the catalog's audit trail (``start``,
+    read of the catalog for ``tables`` at ``batch.last``) and the Delta logs show them.
 
     A RESTORE undoes an attempt's rows but not its commits: the log is the witness of an
     attempt that died before the catalog heard of it, and recovery tells attempts apart
     by their number.
     """
-    floor = catalog.attempt_floor(tables, batch.last)
-    seen = floor.max_attempt
+    seen = start.max_attempt
     for table, location in tables.items():
-        sealed = floor.latest_written.get(table)
+        sealed = start.latest_written.get(table)
         for commit in log_commits(location, after_version=sealed.delta_version if sealed else None):
             first = commit.first_epoch if commit.first_epoch is not None else commit.epoch
             if commit.epoch is None or first is None:

@@ -6,7 +6,7 @@ import pytest
 
 from catalog import (
     FAILURE_MESSAGE_MAX_CHARS,
-    AttemptFloor,
+    BatchStart,
     CatalogError,
     EpochState,
     JobFailureRecord,
@@ -147,16 +147,29 @@ def test_max_attempt_counts_the_history_of_every_given_table(chain):
     assert catalog.max_attempt(["rejects"], e1) == 3
 
 
-def test_attempt_floor_is_max_attempt_and_latest_written_in_one_read(chain):
+def test_batch_start_is_max_attempt_latest_written_and_input_states_in_one_read(chain):
     catalog = chain.catalog
     e1, e2 = catalog.open_epoch().id, catalog.open_epoch().id
     gen = chain.ingest.generation
-    assert catalog.attempt_floor(["raw", "rejects"], e1) == AttemptFloor(max_attempt=0)
-    assert catalog.attempt_floor([], e1) == AttemptFloor(max_attempt=0)
+    assert catalog.batch_start(["raw", "rejects"], e1) == BatchStart(max_attempt=0)
+    assert catalog.batch_start([], e1) == BatchStart(max_attempt=0)
+    assert catalog.batch_start(["counts"], e1, inputs=["raw"]) == BatchStart(max_attempt=0)
     catalog.seal("ingest", gen, [SealRequest("raw", e1, 4), SealRequest("rejects", e1, 4)])
     catalog.record_processed("raw", e2, delta_version=5, job="ingest", attempt=2, generation=gen)
     catalog.mark_rolled_back("raw", e2, job="ingest", generation=gen, reason="crash")
-    floor = catalog.attempt_floor(["raw", "rejects", "counts"], e2)
-    assert floor.max_attempt == catalog.max_attempt(["raw", "rejects", "counts"], e2) == 2
-    assert floor.latest_written == catalog.latest_written(["raw", "rejects", "counts"])
-    assert set(floor.latest_written) == {"raw", "rejects"}
+    start = catalog.batch_start(["raw", "rejects", "counts"], e2)
+    assert start.max_attempt == catalog.max_attempt(["raw", "rejects", "counts"], e2) == 2
+    assert start.latest_written == catalog.latest_written(["raw", "rejects", "counts"])
+    assert set(start.latest_written) == {"raw", "rejects"}
+    assert start.input_states == {}
+    # A derived job's batch: its own table's floor, its inputs' states at the epoch.
+    for epoch in (e1, e2):
+        start = catalog.batch_start(["counts"], epoch, inputs=["raw", "rejects", "raw"])
+        assert start.max_attempt == 0 and start.latest_written == {}
+        assert start.input_states == catalog.states_at(["raw", "rejects"], epoch)
+    assert catalog.batch_start(["counts"], e1, inputs=["raw"]).input_states["raw"].state is (
+        EpochState.WRITTEN
+    )
+    assert catalog.batch_start([], e2, inputs=["raw"]).input_states["raw"].state is (
+        EpochState.ROLLED_BACK
+    )
