@@ -602,7 +602,9 @@ class SqlStateStore(SqlStore, StateStore):
         with self._read() as conn:
             attempt = self._max_attempt(conn, names, epoch) if names else 0
             written = self._latest_rows(conn, "written", names) if names else []
-            states = conn.execute(_STATES_AT, {"epoch": epoch, "names": wanted}) if wanted else []
+            states: Iterable[Any] = (
+                conn.execute(_STATES_AT, {"epoch": epoch, "names": wanted}) if wanted else ()
+            )
             return BatchStart(
                 max_attempt=attempt,
                 latest_written={row.table_name: self._table_epoch(row) for row in written},
