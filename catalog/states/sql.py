@@ -464,8 +464,13 @@ class SqlStateStore(SqlStore, StateStore):
         if not names:
             return {}
         with self._read() as conn:
-            rows = conn.execute(_STATES_AT, {"epoch": epoch, "names": names})
-            return {row.table_name: self._table_epoch(row) for row in rows}
+            return self._states_at(conn, names, epoch)
+
+    def _states_at(
+        self, conn: sa.Connection, names: list[str], epoch: int
+    ) -> dict[str, TableEpoch]:
+        rows = conn.execute(_STATES_AT, {"epoch": epoch, "names": names})
+        return {row.table_name: self._table_epoch(row) for row in rows}
 
     def latest_written(
         self, tables: Iterable[str], *, at_or_before: int | None = None
@@ -602,13 +607,10 @@ class SqlStateStore(SqlStore, StateStore):
         with self._read() as conn:
             attempt = self._max_attempt(conn, names, epoch) if names else 0
             written = self._latest_rows(conn, "written", names) if names else []
-            states: Iterable[Any] = (
-                conn.execute(_STATES_AT, {"epoch": epoch, "names": wanted}) if wanted else ()
-            )
             return BatchStart(
                 max_attempt=attempt,
                 latest_written={row.table_name: self._table_epoch(row) for row in written},
-                input_states={row.table_name: self._table_epoch(row) for row in states},
+                input_states=self._states_at(conn, wanted, epoch) if wanted else {},
             )
 
     @staticmethod
